@@ -1,0 +1,247 @@
+"""Tic-tac-toe through tool calls: the model is X and plays with `make_move(position)` against a minimax opponent
+whose strength is set per game by a random-move probability (GUIDE §6).
+
+Dataset: `n` games; example i has seed `seed * 1_000_003 + i`, a 50/50 starting side drawn from that seed, and a
+random-move probability drawn uniformly inside bucket `i % num_groups` of `[min_random_move_prob,
+max_random_move_prob]`, so every batch spans the difficulty range.
+Rewards (weights configurable): outcome win 1 / draw 0.5 / loss 0 (a game still running at the turn cap is a loss),
+format (share of turns with a `<think>` block and exactly one well-formed call; weight 0.2), invalid-move penalty
+(-0.1 flat if any call was invalid: unparsable, unknown tool, bad arguments, occupied or out-of-range cell).
+Metrics: win, draw, loss, invalid_moves, moves.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
+from toolgym.policies.scripted import call
+
+SYSTEM_PROMPT = (
+    "You are playing tic-tac-toe as X against an opponent playing O. Cells are numbered 0-8, row by row:\n"
+    " 0 | 1 | 2\n 3 | 4 | 5\n 6 | 7 | 8\n"
+    "On each turn, think briefly inside <think></think>, then call make_move with the cell you choose. "
+    "Three in a row wins."
+)
+
+_CELL = re.compile(r"^\s*(\S)\s*\|\s*(\S)\s*\|\s*(\S)\s*$")
+
+
+def parse_board(text: str) -> str | None:
+    """The last board in a text rendered by the server ('X', 'O', digits for free cells) as a 9-char string."""
+    rows: list[str] = []
+    found: str | None = None
+    for line in text.splitlines():
+        m = _CELL.match(line)
+        if m:
+            rows.append("".join(c if c in "XO" else "." for c in m.groups()))
+            if len(rows) == 3:
+                found, rows = "".join(rows), []
+        elif not line.startswith("---"):
+            rows = []
+    return found
+
+
+def board_from_messages(messages: list[dict[str, Any]]) -> str | None:
+    for m in reversed(messages):
+        if m.get("role") in ("tool", "user") and isinstance(m.get("content"), str):
+            b = parse_board(m["content"])
+            if b is not None:
+                return b
+    return None
+
+
+class TicTacToeEnv(StatefulToolEnv):
+    name = "tictactoe"
+    server = ServerSpec.stdio(["mcp-server-tictactoe"])
+    session_scope = "shared"
+    hidden_tools = {"new_game", "game_result", "end_game"}
+    hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}
+    system_prompt = SYSTEM_PROMPT
+    default_policy = "scripted:minimax"
+    max_turns = 8
+    on_no_call = "nudge"
+    nudge_message = "You must make your move by calling make_move with a free cell."
+
+    def __init__(
+        self,
+        min_random_move_prob: float = 0.0,
+        max_random_move_prob: float = 0.0,
+        num_groups: int = 1,
+        win_reward: float = 1.0,
+        draw_reward: float = 0.5,
+        format_weight: float = 0.2,
+        invalid_penalty: float = 0.1,
+        require_think: bool = True,
+        transport: str = "stdio",
+        **options: Any,
+    ) -> None:
+        if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
+            raise ValueError("need 0 <= min_random_move_prob <= max_random_move_prob <= 1")
+        if num_groups < 1:
+            raise ValueError("num_groups must be >= 1")
+        self.min_p, self.max_p, self.num_groups = min_random_move_prob, max_random_move_prob, num_groups
+        self.win_reward, self.draw_reward = win_reward, draw_reward
+        self.format_weight, self.invalid_penalty, self.require_think = format_weight, invalid_penalty, require_think
+        server = options.pop("server", None) or _server_for(transport)
+        super().__init__(server=server, **options)
+
+    # ------------------------------------------------------------ data
+    def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        n = 100 if n is None else n
+        rows = []
+        width = (self.max_p - self.min_p) / self.num_groups
+        for i in range(n):
+            ex_seed = seed * 1_000_003 + i
+            rng = random.Random(f"tictactoe-example:{ex_seed}")
+            group = i % self.num_groups
+            lo = self.min_p + group * width
+            rows.append({
+                "seed": ex_seed,
+                "x_starts": rng.random() < 0.5,
+                "random_move_prob": round(lo + rng.random() * width, 4),
+                "group": group,
+            })
+        return rows
+
+    # ------------------------------------------------------------ hooks
+    async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
+        res = (await self.call("new_game", seed=task["seed"], x_starts=task.get("x_starts"),
+                               random_move_prob=task.get("random_move_prob", 0.0))).json()
+        state["game_id"], state["board_text"], state["over"] = res["game_id"], res["board"], False
+
+    def initial_messages(self, task: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:
+        first = "You move first." if task.get("x_starts", True) else "The opponent moved first."
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": f"New game. {first}\n{state['board_text']}"}]
+
+    def update_tool_args(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        return {**args, "game_id": state["game_id"]}
+
+    async def env_response(self, state, turn, records):  # type: ignore[no-untyped-def]
+        if any(r.name == "make_move" and r.exec_ok and "Game over" in r.result for r in records):
+            state["over"] = True
+        return None
+
+    @stop
+    def game_over(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("over"))
+
+    async def cleanup(self, state: dict[str, Any]) -> None:
+        if "game_id" in state:
+            await self.call("end_game", game_id=state["game_id"])
+
+    # ------------------------------------------------------------ rewards
+    def build_rubric(self) -> Rubric:
+        return Rubric([
+            (outcome, 1.0),
+            (format_ok, self.format_weight),
+            (invalid_move_penalty, 1.0),
+            (win, 0.0), (draw, 0.0), (loss, 0.0), (invalid_moves, 0.0), (moves, 0.0),
+        ])
+
+    def scripted_players(self) -> dict[str, Any]:
+        return {
+            "minimax": lambda env, **o: ScriptedPolicy(_minimax_player(0.0, o.get("seed")), "scripted:minimax"),
+            "random": lambda env, **o: ScriptedPolicy(_minimax_player(1.0, o.get("seed")), "scripted:random"),
+            "imperfect": lambda env, **o: ScriptedPolicy(
+                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed")), "scripted:imperfect"
+            ),
+        }
+
+
+def _server_for(transport: str) -> ServerSpec:
+    if transport == "stdio":
+        return ServerSpec.stdio(["mcp-server-tictactoe"])
+    if transport == "inprocess":
+        from mcp_server_tictactoe import build_server
+
+        return ServerSpec.inprocess(build_server())
+    if transport == "http":
+        from toolgym.mcp_bridge import free_port
+
+        port = free_port()
+        return ServerSpec.http(f"http://127.0.0.1:{port}/mcp",
+                               launch=["mcp-server-tictactoe", "--transport", "streamable-http", "--port", str(port)])
+    raise ValueError(f"unknown transport {transport!r}: use stdio, http or inprocess")
+
+
+# ---------------------------------------------------------------- reward functions
+async def _result(env: TicTacToeEnv, state: dict[str, Any]) -> dict[str, Any]:
+    if "result" not in state:
+        state["result"] = (await env.call("game_result", game_id=state["game_id"])).json()
+    return state["result"]
+
+
+async def outcome(env, state) -> float:  # type: ignore[no-untyped-def]
+    """Win 1 / draw 0.5 / loss 0; a game still running when the turn cap hit counts as a loss."""
+    status = (await _result(env, state))["status"]
+    return {"win": env.win_reward, "draw": env.draw_reward}.get(status, 0.0)
+
+
+async def win(env, state) -> float:  # type: ignore[no-untyped-def]
+    return float((await _result(env, state))["status"] == "win")
+
+
+async def draw(env, state) -> float:  # type: ignore[no-untyped-def]
+    return float((await _result(env, state))["status"] == "draw")
+
+
+async def loss(env, state) -> float:  # type: ignore[no-untyped-def]
+    return float((await _result(env, state))["status"] in ("loss", "in_progress"))
+
+
+async def moves(env, state) -> float:  # type: ignore[no-untyped-def]
+    return float(sum(1 for m in (await _result(env, state))["moves"] if m.startswith("X")))
+
+
+def invalid_moves(calls, turns) -> float:  # type: ignore[no-untyped-def]
+    """Calls that did not make a legal move (bad syntax, unknown tool, bad arguments, occupied/out-of-range cell)
+    plus turns whose tool-call markup could not be parsed."""
+    return float(sum(1 for c in calls if not c.exec_ok) + sum(1 for t in turns if not t.parse_ok and not t.tool_calls))
+
+
+def invalid_move_penalty(env, calls, turns) -> float:  # type: ignore[no-untyped-def]
+    return -env.invalid_penalty if invalid_moves(calls, turns) > 0 else 0.0
+
+
+def format_ok(env, turns) -> float:  # type: ignore[no-untyped-def]
+    """Share of assistant turns with a think block (if required) and exactly one parsable call."""
+    if not turns:
+        return 0.0
+    good = 0
+    for t in turns:
+        think = bool(t.reasoning) or not env.require_think
+        good += int(think and t.parse_ok and len(t.tool_calls) == 1 and t.tool_calls[0].parse_ok)
+    return good / len(turns)
+
+
+# ---------------------------------------------------------------- scripted players
+def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: ignore[no-untyped-def]
+    """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
+    random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert)."""
+    from mcp_server_tictactoe import game as g
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        rng = memory.setdefault("rng", random.Random(f"{seed}:{memory.get('session_index', 0)}"))
+        board = board_from_messages(messages)
+        if board is None:
+            return AssistantTurn(content="", reasoning="I need to see the board.", tool_calls=[call("get_board")])
+        free = g.free_cells(board)
+        if not free:
+            return AssistantTurn(content="The game is over.", reasoning="No free cells.")
+        if rng.random() < mistake_prob:
+            cell, why = rng.choice(free), "I'll play somewhere free."
+        else:
+            best = g.best_moves(board, "X")
+            cell = rng.choice(best)
+            why = f"Best moves for X: {', '.join(map(str, best))}. I play {cell}."
+        return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
+
+    return act
+
+
+def load_environment(**kwargs: Any) -> TicTacToeEnv:
+    return TicTacToeEnv(**kwargs)

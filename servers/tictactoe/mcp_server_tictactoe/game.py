@@ -1,0 +1,93 @@
+"""Tic-tac-toe rules and the minimax opponent. Pure Python, no MCP.
+
+Cells are 0-8 row-major. The player (the model) is X, the opponent O. Minimax scores a finished game as
++(10 - depth) for a win, -(10 - depth) for a loss and 0 for a draw, so it prefers faster wins and slower losses.
+The opponent chooses **uniformly among all equally good moves** (a first-best tie-break would let a model
+memorise it) and, with probability `random_move_prob`, plays a uniformly random free cell instead.
+Noise control: the RNG for a reply is seeded from the game seed and the board, so two rollouts of one example
+that reach the same position get the same reply.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+EMPTY = "."
+
+
+def winner(board: str) -> str | None:
+    """'X' or 'O' if that side has three in a row, else None."""
+    for a, b, c in LINES:
+        if board[a] != EMPTY and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+def free_cells(board: str) -> list[int]:
+    return [i for i, c in enumerate(board) if c == EMPTY]
+
+
+def is_over(board: str) -> bool:
+    return winner(board) is not None or EMPTY not in board
+
+
+def other(side: str) -> str:
+    return "O" if side == "X" else "X"
+
+
+def play(board: str, cell: int, side: str) -> str:
+    return board[:cell] + side + board[cell + 1 :]
+
+
+@lru_cache(maxsize=None)
+def _value(board: str, to_move: str, depth: int) -> int:
+    """Minimax value of `board` from X's point of view, `to_move` to play."""
+    w = winner(board)
+    if w is not None:
+        return (10 - depth) if w == "X" else -(10 - depth)
+    cells = free_cells(board)
+    if not cells:
+        return 0
+    values = [_value(play(board, c, to_move), other(to_move), depth + 1) for c in cells]
+    return max(values) if to_move == "X" else min(values)
+
+
+def move_values(board: str, side: str) -> dict[int, int]:
+    """Minimax value of each legal move for `side`, from `side`'s point of view (higher is better)."""
+    depth = 9 - len(free_cells(board))
+    sign = 1 if side == "X" else -1
+    return {c: sign * _value(play(board, c, side), other(side), depth + 1) for c in free_cells(board)}
+
+
+def best_moves(board: str, side: str) -> list[int]:
+    """All moves for `side` with the best minimax value (sorted)."""
+    values = move_values(board, side)
+    if not values:
+        return []
+    top = max(values.values())
+    return sorted(c for c, v in values.items() if v == top)
+
+
+def reply_rng(seed: int, board: str) -> random.Random:
+    """The opponent's RNG for the position `board` in the game seeded `seed` (noise control)."""
+    return random.Random(f"tictactoe:{seed}:{board}")
+
+
+def opponent_move(board: str, seed: int, random_move_prob: float, side: str = "O") -> int:
+    """The opponent's reply: random with probability `random_move_prob`, else uniform among best moves."""
+    rng = reply_rng(seed, board)
+    cells = free_cells(board)
+    if rng.random() < random_move_prob:
+        return rng.choice(cells)
+    return rng.choice(best_moves(board, side))
+
+
+def render(board: str) -> str:
+    """A 3x3 text board with cell numbers on free cells, e.g. ' X | 1 | O'."""
+    rows = []
+    for r in range(3):
+        cells = [board[3 * r + i] if board[3 * r + i] != EMPTY else str(3 * r + i) for i in range(3)]
+        rows.append(" " + " | ".join(cells))
+    return "\n---+---+---\n".join(rows)

@@ -1,0 +1,161 @@
+"""The tic-tac-toe MCP server.
+
+Player tools: `get_board(game_id)`, `make_move(game_id, position)`. Setup and grading tools: `new_game(seed, ...)`,
+`game_result(game_id)`, `end_game(game_id)`. Any MCP client can play; an RL environment typically hides the setup
+and grading tools and the `game_id` argument from the model and injects them itself.
+
+Errors are raised as `ToolError`, so the client gets the message as an error result (`is_error`).
+Games live in one table keyed by an unguessable id, so many clients (or rollouts) can share one server process
+without seeing each other's games. The table is bounded (oldest games evicted first).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_server_tictactoe import game as g
+
+MAX_GAMES = 100_000
+
+
+@dataclass
+class Game:
+    seed: int
+    random_move_prob: float
+    x_starts: bool
+    board: str = g.EMPTY * 9
+    moves: list[tuple[str, int]] = field(default_factory=list)
+    invalid_moves: int = 0
+
+    @property
+    def status(self) -> str:
+        w = g.winner(self.board)
+        if w == "X":
+            return "win"
+        if w == "O":
+            return "loss"
+        if g.EMPTY not in self.board:
+            return "draw"
+        return "in_progress"
+
+    def opponent_reply(self) -> int:
+        cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O")
+        self.board = g.play(self.board, cell, "O")
+        self.moves.append(("O", cell))
+        return cell
+
+    def describe(self) -> str:
+        text = f"{g.render(self.board)}\n"
+        status = self.status
+        if status == "in_progress":
+            free = ", ".join(str(c) for c in g.free_cells(self.board))
+            text += f"You are X. Your move. Free cells: {free}."
+        else:
+            text += {"win": "Game over: you won.", "loss": "Game over: you lost.", "draw": "Game over: draw."}[status]
+        return text
+
+
+class GameTable:
+    """All games of one server process."""
+
+    def __init__(self, max_games: int = MAX_GAMES) -> None:
+        self.games: OrderedDict[str, Game] = OrderedDict()
+        self.max_games = max_games
+
+    def new(self, seed: int, x_starts: bool | None, random_move_prob: float) -> tuple[str, Game]:
+        if not 0.0 <= random_move_prob <= 1.0:
+            raise ToolError(f"random_move_prob must be in [0, 1], got {random_move_prob}")
+        if x_starts is None:
+            x_starts = random.Random(f"tictactoe-start:{seed}").random() < 0.5
+        game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts)
+        if not x_starts:
+            game.opponent_reply()
+        game_id = secrets.token_hex(8)
+        self.games[game_id] = game
+        while len(self.games) > self.max_games:
+            self.games.popitem(last=False)
+        return game_id, game
+
+    def get(self, game_id: str) -> Game:
+        game = self.games.get(game_id)
+        if game is None:
+            raise ToolError(f"unknown game_id {game_id!r}: start a game with new_game first")
+        return game
+
+
+def build_server(max_games: int = MAX_GAMES) -> MCPServer:
+    """Build a server instance with its own game table (usable in-process or run over any transport)."""
+    srv = MCPServer("tictactoe", instructions="Play tic-tac-toe as X. Cells are numbered 0-8, row by row.")
+    table = GameTable(max_games)
+
+    @srv.tool()
+    def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0) -> dict[str, Any]:
+        """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
+
+        Args:
+            seed: Seeds who starts (when x_starts is not given) and the opponent's choices.
+            x_starts: Whether X (the player) moves first; default: a 50/50 draw from the seed.
+            random_move_prob: Probability that the opponent plays a random free cell instead of a best move.
+        """
+        game_id, game = table.new(seed, x_starts, random_move_prob)
+        return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
+
+    @srv.tool()
+    def get_board(game_id: str) -> str:
+        """Show the current board, whose move it is and the free cells."""
+        return table.get(game_id).describe()
+
+    @srv.tool()
+    def make_move(game_id: str, position: int) -> str:
+        """Place your X on a free cell (0-8, row by row); the opponent replies at once.
+
+        Args:
+            game_id: The game.
+            position: The cell to play, 0 (top left) to 8 (bottom right).
+        """
+        game = table.get(game_id)
+        if game.status != "in_progress":
+            game.invalid_moves += 1
+            raise ToolError(f"the game is over ({game.status}); no more moves")
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= 8:
+            game.invalid_moves += 1
+            raise ToolError(f"invalid position {position!r}: choose a free cell from 0 to 8")
+        if game.board[position] != g.EMPTY:
+            game.invalid_moves += 1
+            free = ", ".join(str(c) for c in g.free_cells(game.board))
+            raise ToolError(f"cell {position} is already taken; free cells: {free}")
+        game.board = g.play(game.board, position, "X")
+        game.moves.append(("X", position))
+        text = f"You played {position}."
+        if game.status == "in_progress":
+            text += f" Opponent played {game.opponent_reply()}."
+        return f"{text}\n{game.describe()}"
+
+    @srv.tool()
+    def game_result(game_id: str) -> dict[str, Any]:
+        """Grading view of a game: status (in_progress, win, draw, loss), moves and invalid-move count."""
+        game = table.get(game_id)
+        return {
+            "status": game.status,
+            "board": game.board,
+            "x_starts": game.x_starts,
+            "moves": [f"{side}{cell}" for side, cell in game.moves],
+            "invalid_moves": game.invalid_moves,
+            "random_move_prob": game.random_move_prob,
+        }
+
+    @srv.tool()
+    def end_game(game_id: str) -> str:
+        """Forget a game and free its memory."""
+        table.games.pop(game_id, None)
+        return "ok"
+
+    srv.games = table  # type: ignore[attr-defined]  # for tests and in-process inspection
+    return srv

@@ -1,0 +1,91 @@
+"""Tool-call accuracy (BFCL-aligned): argument validation against the tool's `inputSchema` and AST-style matching
+of a call against an expected call.
+
+Expected calls in a task use BFCL's ground-truth shape, each argument listing its acceptable values:
+`{"name": "make_move", "arguments": {"position": [4]}}`. A plain (non-list) value is read as a one-value list, so a
+list-valued argument is written as a list of options: `{"cells": [[1, 2]]}`. A parameter whose
+list contains `""` (or None) is optional. Matching rules (BFCL AST checker): same function name; no unexpected
+arguments; every required argument present; a value matches if it equals one acceptable value, where strings compare
+case-insensitively ignoring spaces and common punctuation, ints are accepted for floats, and lists/dicts compare
+element-wise with the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+
+_PUNCT = re.compile(r"[\s,./\-_*^'\"]")
+
+
+@lru_cache(maxsize=1024)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    import json
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema)
+
+
+def validate_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
+    """Return None when `args` satisfies `schema`, else a short, model-readable reason."""
+    import json
+
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+    if not errors:
+        return None
+    e = errors[0]
+    where = ".".join(str(p) for p in e.path)
+    return f"argument {where!r}: {e.message}" if where else e.message
+
+
+def _norm_str(s: str) -> str:
+    return _PUNCT.sub("", s).lower()
+
+
+def value_matches(value: Any, accepted: Any) -> bool:
+    """BFCL-style equality of one argument value against one acceptable value."""
+    if isinstance(accepted, bool) or isinstance(value, bool):
+        return value is accepted or value == accepted and type(value) is type(accepted)
+    if isinstance(accepted, float) and isinstance(value, int | float):
+        return abs(float(value) - accepted) <= 1e-9 * max(1.0, abs(accepted))
+    if isinstance(accepted, int) and isinstance(value, int):
+        return value == accepted
+    if isinstance(accepted, str) and isinstance(value, str):
+        return _norm_str(value) == _norm_str(accepted)
+    if isinstance(accepted, list) and isinstance(value, list | tuple):
+        return len(value) == len(accepted) and all(value_matches(v, a) for v, a in zip(value, accepted, strict=True))
+    if isinstance(accepted, dict) and isinstance(value, dict):
+        return set(value) == set(accepted) and all(value_matches(value[k], accepted[k]) for k in accepted)
+    return bool(value == accepted)
+
+
+def call_matches(name: str, args: dict[str, Any] | None, expected: dict[str, Any]) -> bool:
+    """Whether a call equals an expected call under BFCL AST rules (see module docstring)."""
+    if args is None or name != expected.get("name"):
+        return False
+    spec: dict[str, Any] = expected.get("arguments", {})
+    if set(args) - set(spec):
+        return False
+    for param, accepted in spec.items():
+        options = accepted if isinstance(accepted, list) else [accepted]
+        optional = any(o == "" or o is None for o in options)
+        if param not in args:
+            if not optional:
+                return False
+            continue
+        if not any(value_matches(args[param], o) for o in options if not (o == "" or o is None)):
+            return False
+    return True
+
+
+def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]]) -> list[bool]:
+    """Position-wise match of the model's calls against the expected calls (one flag per model call)."""
+    flags = []
+    for i, (name, args) in enumerate(calls):
+        flags.append(i < len(expected) and call_matches(name, args, expected[i]))
+    return flags

@@ -1,0 +1,195 @@
+"""The `toolgym` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+app = typer.Typer(help="Train and evaluate tool-using models on MCP-server environments.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
+console = Console()
+
+
+def parse_kv(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` pairs; values parsed as JSON when they can be (numbers, booleans, lists), else strings."""
+    out: dict[str, Any] = {}
+    for p in pairs or []:
+        if "=" not in p:
+            raise typer.BadParameter(f"expected key=value, got {p!r}")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(2)
+
+
+def default_model(env: Any) -> str:
+    return getattr(env, "default_policy", None) or "scripted:reference"
+
+
+@app.command("eval")
+def eval_cmd(
+    env_name: str = typer.Argument(..., help="Environment name (see `toolgym envs`) or path to an env config .toml"),
+    num_examples: int = typer.Option(20, "-n", "--num-examples", help="Examples (tasks) to evaluate"),
+    rollouts: int = typer.Option(1, "-r", "--rollouts", help="Rollouts per example (for pass@k)"),
+    concurrency: int = typer.Option(8, "-c", "--concurrency", help="Rollouts in flight at once"),
+    model: str | None = typer.Option(None, "-m", "--model",
+                                     help="Policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH "
+                                          "(default: the env's embedded default)"),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for --base-url"),
+    temperature: float | None = typer.Option(None, "-t", "--temperature"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens"),
+    seed: int = typer.Option(0, "--seed", help="Dataset seed (and sampling seed where supported)"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+    model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Results folder (default runs/eval/ENV-MODEL-TIME)"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, keeping finished rollouts"),
+    success_threshold: float = typer.Option(1.0, help="A rollout passes (for pass@k) when reward >= this"),
+) -> None:
+    """Evaluate a policy on an environment: progress bar, summary table, results folder."""
+    from toolgym.eval import evaluate
+    from toolgym.policy import load_policy
+    from toolgym.registry import load_env
+
+    env_args = parse_kv(env_arg)
+    if num_examples < 1 or rollouts < 1 or concurrency < 1:
+        _fail("-n, -r and -c must be >= 1")
+    try:
+        env = load_env(env_name, **env_args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    model = model or default_model(env)
+    options = {"base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
+               "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)}
+    try:
+        policy = load_policy(model, env, **{k: v for k, v in options.items() if v is not None})
+    except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
+    tasks = env.build_dataset(num_examples, seed=seed)
+    if out is None:
+        safe = model.replace("/", "_").replace(":", "-")
+        out = Path("runs") / "eval" / f"{Path(env_name).stem}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
+            "sampling": {k: v for k, v in options.items() if k not in ("api_key",) and v is not None}}
+    total = len(tasks) * rollouts
+    console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}  {len(tasks)} examples x {rollouts} rollouts, "
+                  f"concurrency {concurrency} -> {out}")
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as prog:
+        bar = prog.add_task("rollouts", total=total, reward=0.0, errors=0)
+        seen: dict[str, float] = {"n": 0, "sum": 0.0, "err": 0}
+
+        def tick(t: Any) -> None:
+            seen["n"] += 1
+            if t.error:
+                seen["err"] += 1
+            else:
+                seen["sum"] += t.reward
+            ok = seen["n"] - seen["err"]
+            prog.update(bar, advance=1, reward=seen["sum"] / ok if ok else 0.0, errors=int(seen["err"]))
+
+        async def go() -> Any:
+            try:
+                return await evaluate(env, policy, tasks, rollouts, concurrency, out, resume, info,
+                                      success_threshold, tick)
+            finally:
+                await env.aclose()
+                await policy.aclose()
+
+        try:
+            _, summary = asyncio.run(go())
+        except (FileExistsError, ValueError) as exc:
+            _fail(str(exc))
+    print_summary(summary)
+    console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plot: {out}/rewards.png")
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    t = Table(title=f"summary ({summary['rollouts']} rollouts, {summary['errors']} errors)", show_lines=False)
+    t.add_column("name")
+    t.add_column("mean", justify="right")
+    t.add_column("± 95% CI", justify="right")
+    r = summary["reward"]
+    t.add_row("[bold]reward[/]", f"{r['mean']:.4f}", f"{r['ci95']:.4f}")
+    for k, v in summary["rewards"].items():
+        t.add_row(f"reward/{k}", f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
+    for k, v in summary["metrics"].items():
+        t.add_row(k, f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
+    console.print(t)
+    if "outcomes" in summary:
+        o = summary["outcomes"]
+        console.print(f"win/draw/loss: [bold]{100 * o['win']:.1f} / {100 * o['draw']:.1f} / {100 * o['loss']:.1f} %[/]")
+    if "pass_at_k" in summary:
+        ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in summary["pass_at_k"].items())
+        hs = ", ".join(f"pass^{k}={v:.3f}" for k, v in summary["pass_hat_k"].items())
+        console.print(f"{ks}   {hs}   (success: reward >= {summary['success_threshold']})")
+    acc = summary.get("tool_accuracy") or {}
+    if acc:
+        ta = Table(title="tool-call accuracy")
+        cols = ["calls", "parse_ok", "name_ok", "args_ok", "exec_ok", "call_match"]
+        ta.add_column("tool")
+        for c in cols:
+            ta.add_column(c, justify="right")
+        for tool, row in sorted(acc.items(), key=lambda kv: (kv[0] != "*", kv[0])):
+            ta.add_row("all" if tool == "*" else tool,
+                       *[(f"{int(row[c])}" if c == "calls" else f"{row[c]:.3f}") if c in row else "-" for c in cols])
+        console.print(ta)
+    if summary["errors"]:
+        console.print(f"[yellow]errors by kind:[/] {summary['error_kinds']}")
+
+
+@app.command("envs")
+def envs_cmd() -> None:
+    """List installed environments (entry-point group `toolgym.envs`)."""
+    from toolgym.registry import available_envs
+
+    for name in available_envs():
+        console.print(name)
+
+
+@app.command("tools")
+def tools_cmd(
+    env_name: str = typer.Argument(..., help="Environment name or config path"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+) -> None:
+    """Show the tool schemas the model sees in an environment (hidden tools and arguments removed)."""
+    from toolgym.registry import load_env
+
+    env = load_env(env_name, **parse_kv(env_arg))
+
+    async def go() -> list[dict[str, Any]]:
+        async with env:
+            return env.model_tools()
+
+    console.print_json(json.dumps(asyncio.run(go())))
+
+
+def _mount_optional() -> None:
+    try:
+        from toolgym.models.cli import app as model_app
+    except ImportError:
+        return
+    app.add_typer(model_app, name="model", help="Local models: build the tiny offline model, inspect templates.")
+
+
+_mount_optional()
+
+if __name__ == "__main__":
+    app()

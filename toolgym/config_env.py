@@ -1,0 +1,234 @@
+"""An environment from a config file alone: wrap any MCP server without writing Python.
+
+    # env.toml
+    name = "calculator"
+    [server]
+    command = ["mcp-server-calculator"]     # or: url = "http://127.0.0.1:8000/mcp" (+ launch = [...])
+    scope = "shared"                          # "rollout": a fresh session (process) per rollout
+    [env]
+    system_prompt = "Use the tools. Give the final answer as <answer>...</answer>."
+    max_turns = 6
+    hidden_tools = []                         # server tools the model must not see
+    [tasks]
+    path = "tasks.jsonl"                      # rows: {"prompt": ..., "answer": ..., "expected_calls": [...]}
+    [[rewards]]
+    type = "answer"                           # final answer (inside <answer> tags, else the last message)
+    field = "answer"                          # compared with task[field]
+    mode = "numeric"                          # exact | contains | numeric | regex
+    weight = 1.0
+    [[rewards]]
+    type = "call_match"                       # the calls equal task.expected_calls (BFCL AST rules)
+    weight = 0.0
+
+Reward types: `answer`, `call_match`, `called` (the model called `tool`, optionally with `args`),
+`tool_result` (after the rollout, call `tool` with `args` — `{field}` placeholders filled from the task — and compare
+its output with `task[field]`: verifies server state, not the transcript), `python` (`function = "module:attr"`, a
+reward function taking what it names). JSON config files with the same keys work too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from toolgym.accuracy import call_matches
+from toolgym.env import StatefulToolEnv
+from toolgym.mcp_bridge import ServerSpec
+from toolgym.rubric import Rubric
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", re.I)
+
+
+class ServerConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    command: list[str] | None = None
+    url: str | None = None
+    launch: list[str] | None = None
+    env: dict[str, str] | None = None
+    scope: Literal["rollout", "shared"] = "shared"
+
+    @pydantic.model_validator(mode="after")
+    def _one_target(self) -> ServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("[server] needs exactly one of `command` (stdio) or `url` (streamable HTTP)")
+        return self
+
+
+class EnvSection(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    system_prompt: str | None = None
+    max_turns: int = pydantic.Field(8, ge=1, le=1000)
+    hidden_tools: list[str] = []
+    visible_tools: list[str] | None = None
+    on_no_call: Literal["stop", "nudge"] = "stop"
+    tool_timeout: float = pydantic.Field(30.0, gt=0)
+
+
+class TasksConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    path: str
+
+
+class RewardConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    type: Literal["answer", "call_match", "called", "tool_result", "python"]
+    name: str | None = None
+    weight: float = 1.0
+    field: str = "answer"
+    mode: Literal["exact", "contains", "numeric", "regex"] = "exact"
+    tool: str | None = None
+    args: dict[str, Any] = {}
+    function: str | None = None
+    tolerance: float = 1e-6
+
+
+class EnvConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str = "config-env"
+    server: ServerConfig
+    env: EnvSection = EnvSection()
+    tasks: TasksConfig
+    rewards: list[RewardConfig] = pydantic.Field(min_length=1)
+
+
+def final_answer(messages: list[dict[str, Any]]) -> str:
+    """The text inside the last `<answer>` tags of the assistant's messages, else its last message's content."""
+    for m in reversed(messages):
+        if m.get("role") == "assistant" and m.get("content"):
+            found = _ANSWER.findall(m["content"])
+            return (found[-1] if found else m["content"]).strip()
+    return ""
+
+
+def compare(value: str, expected: Any, mode: str, tolerance: float = 1e-6) -> bool:
+    if mode == "numeric":
+        nums = _NUM.findall(value.replace(",", ""))
+        try:
+            target = float(expected)
+        except (TypeError, ValueError):
+            return False
+        return bool(nums) and math.isclose(float(nums[-1]), target, rel_tol=tolerance, abs_tol=tolerance)
+    options = expected if isinstance(expected, list) else [expected]
+    for opt in options:
+        opt = str(opt)
+        if mode == "exact" and value.strip().lower() == opt.strip().lower():
+            return True
+        if mode == "contains" and opt.strip().lower() in value.lower():
+            return True
+        if mode == "regex" and re.search(opt, value):
+            return True
+    return False
+
+
+def _fill(template: Any, task: dict[str, Any]) -> Any:
+    if isinstance(template, str):
+        m = re.fullmatch(r"\{(\w+)\}", template)
+        if m:
+            return task[m.group(1)]
+        return template.format(**task)
+    if isinstance(template, dict):
+        return {k: _fill(v, task) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, task) for v in template]
+    return template
+
+
+def _make_reward(rc: RewardConfig, base: Path) -> Any:
+    if rc.type == "answer":
+        def fn(task, messages):  # type: ignore[no-untyped-def]
+            if rc.field not in task:
+                raise KeyError(f"task has no field {rc.field!r} for the answer reward")
+            return float(compare(final_answer(messages), task[rc.field], rc.mode, rc.tolerance))
+    elif rc.type == "call_match":
+        def fn(task, calls):  # type: ignore[no-untyped-def]
+            expected = task.get("expected_calls")
+            if expected is None:
+                raise KeyError("task has no expected_calls for the call_match reward")
+            if not expected:
+                return float(not calls)
+            ok = len(calls) == len(expected) and all(
+                call_matches(c.name, c.arguments, e) for c, e in zip(calls, expected, strict=True))
+            return float(ok)
+    elif rc.type == "called":
+        if not rc.tool:
+            raise ValueError("reward type 'called' needs `tool`")
+
+        def fn(task, calls):  # type: ignore[no-untyped-def]
+            want = {"name": rc.tool, "arguments": _fill(rc.args, task)} if rc.args else None
+            return float(any(c.exec_ok and c.name == rc.tool and (want is None or call_matches(c.name, c.arguments, want))
+                             for c in calls))
+    elif rc.type == "tool_result":
+        if not rc.tool:
+            raise ValueError("reward type 'tool_result' needs `tool`")
+
+        async def fn(env, task):  # type: ignore[no-untyped-def]
+            res = await env.call(rc.tool, **_fill(rc.args, task))
+            return float(compare(res.text, task[rc.field], rc.mode, rc.tolerance))
+    else:
+        if not rc.function or ":" not in rc.function:
+            raise ValueError("reward type 'python' needs `function = \"module:attr\"`")
+        mod, _, attr = rc.function.partition(":")
+        import sys
+
+        if str(base) not in sys.path:
+            sys.path.insert(0, str(base))
+        fn = getattr(importlib.import_module(mod), attr)
+    fn.__name__ = rc.name or (rc.type if rc.type != "python" else fn.__name__)
+    return fn
+
+
+class ConfigEnv(StatefulToolEnv):
+    """A `StatefulToolEnv` whose server, tasks and rewards come from an `EnvConfig`."""
+
+    def __init__(self, config: EnvConfig, base_dir: Path, **options: Any) -> None:
+        self.config, self.base_dir = config, base_dir
+        self.name = config.name  # type: ignore[misc]
+        s = config.server
+        spec = ServerSpec.stdio(s.command, env=s.env, cwd=str(base_dir)) if s.command else ServerSpec.http(
+            s.url or "", launch=s.launch, env=s.env)
+        e = config.env
+        self.session_scope = s.scope  # type: ignore[misc]
+        self.system_prompt = e.system_prompt  # type: ignore[misc]
+        self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
+        self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
+        options.setdefault("max_turns", e.max_turns)
+        options.setdefault("on_no_call", e.on_no_call)
+        options.setdefault("tool_timeout", e.tool_timeout)
+        super().__init__(server=spec, **options)
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([(_make_reward(rc, self.base_dir), rc.weight) for rc in self.config.rewards])
+
+    def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        path = (self.base_dir / self.config.tasks.path).resolve()
+        rows = []
+        with path.open() as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
+                if not isinstance(row, dict) or "prompt" not in row:
+                    raise ValueError(f"{path}:{lineno}: each task needs a 'prompt'")
+                rows.append(row)
+        return rows if n is None else rows[:n]
+
+
+def load_config_env(path: str | Path, **options: Any) -> ConfigEnv:
+    path = Path(path)
+    raw = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+    try:
+        config = EnvConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"invalid env config {path}:\n{exc}") from None
+    return ConfigEnv(config, path.parent.resolve(), **options)

@@ -1,0 +1,125 @@
+"""Evaluation runs: n examples x r rollouts through the rollout engine, streamed to a results folder.
+
+Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
+rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
+`results.jsonl` (errored ones are run again) and runs only the rest; a torn last line from a killed run is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from toolgym.env import StatefulToolEnv
+from toolgym.policy import Policy
+from toolgym.rollout import iter_rollouts
+from toolgym.stats import summarize
+from toolgym.types import Trajectory
+
+
+def read_results(path: Path) -> dict[tuple[int, int], Trajectory]:
+    """Finished trajectories in a results.jsonl, last record per (example, rollout) wins; torn lines skipped."""
+    done: dict[tuple[int, int], Trajectory] = {}
+    if not path.exists():
+        return done
+    with path.open() as f:
+        for line in f:
+            try:
+                t = Trajectory.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, KeyError):
+                continue
+            done[(t.example_id, t.rollout_index)] = t
+    return done
+
+
+async def evaluate(
+    env: StatefulToolEnv,
+    policy: Policy,
+    tasks: list[dict[str, Any]],
+    rollouts_per_example: int = 1,
+    concurrency: int = 8,
+    out_dir: Path | None = None,
+    resume: bool = False,
+    run_info: dict[str, Any] | None = None,
+    success_threshold: float = 1.0,
+    on_progress: Callable[[Trajectory], None] | None = None,
+) -> tuple[list[Trajectory], dict[str, Any]]:
+    """Run the evaluation; return (trajectories in job order, summary)."""
+    keep: dict[tuple[int, int], Trajectory] = {}
+    results_file = None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_file = out_dir / "run.json"
+        info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
+        if resume and run_file.exists():
+            old = json.loads(run_file.read_text())
+            diff = {k: (old.get(k), v) for k, v in info.items() if k in ("env", "model", "n", "rollouts_per_example",
+                                                                        "env_args", "seed") and old.get(k) != v}
+            if diff:
+                raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
+        elif not resume and (out_dir / "results.jsonl").exists():
+            raise FileExistsError(f"{out_dir}/results.jsonl exists: pass --resume to continue it or choose --out")
+        run_file.write_text(json.dumps(info, indent=2, default=str))
+        if resume:
+            keep = {k: t for k, t in read_results(out_dir / "results.jsonl").items() if t.error is None}
+        results_file = (out_dir / "results.jsonl").open("a")
+        # a torn last line (killed mid-write) must not glue onto the next record
+        if results_file.tell() > 0:
+            results_file.write("\n")
+    jobs = [(i, r, task) for i, task in enumerate(tasks) for r in range(rollouts_per_example) if (i, r) not in keep]
+    results: dict[tuple[int, int], Trajectory] = dict(keep)
+    for t in keep.values():
+        if on_progress:
+            on_progress(t)
+    await env.start()
+    try:
+        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+            results[(traj.example_id, traj.rollout_index)] = traj
+            if results_file is not None:
+                results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
+                results_file.flush()
+            if on_progress:
+                on_progress(traj)
+    finally:
+        if results_file is not None:
+            results_file.close()
+    ordered = [results[k] for k in sorted(results)]
+    summary = summarize(ordered, success_threshold)
+    summary["policy"] = policy.name
+    if hasattr(policy, "stats"):
+        summary["policy_stats"] = dict(policy.stats)
+    if env.provider is not None:
+        summary["server_restarts"] = env.provider.restarts
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        plot_rewards(ordered, out_dir / "rewards.png", title=f"{getattr(env, 'name', 'env')} / {policy.name}")
+    return ordered, summary
+
+
+def plot_rewards(trajs: list[Trajectory], path: Path, title: str = "") -> None:
+    """Histogram of the total reward and of each reward function."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [t for t in trajs if t.error is None]
+    names = ["reward", *sorted({k for t in ok for k in t.rewards})]
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        vals = [t.reward if name == "reward" else t.rewards.get(name, 0.0) for t in ok]
+        ax.hist(vals, bins=20, color="#4C72B0")
+        ax.set_title(name)
+        ax.set_xlabel("value")
+    axes[0][0].set_ylabel("rollouts")
+    fig.suptitle(f"{title}  (n={len(ok)}, errors={len(trajs) - len(ok)})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_sync(coro: Any) -> Any:
+    return asyncio.run(coro)

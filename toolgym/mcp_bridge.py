@@ -1,0 +1,412 @@
+"""MCP bridge: connect to any MCP server (stdio command, streamable-HTTP URL, in-process object), list its tools as
+OpenAI-style schemas, and call them with a timeout.
+
+Each `MCPSession` is owned by a background task that enters and leaves the `mcp.Client` context (anyio requires
+both in one task), so a session can be opened and closed from anywhere and shared by concurrent rollouts.
+A session whose server died or hung past the call timeout is marked `broken`; `SessionProvider` then opens a new
+one (a new process for stdio, a relaunched process for a managed HTTP server) for the next rollout.
+
+Written against the API common to mcp 2.0.0 and the newest 2.x: `mcp.Client(target)` with target a URL, a
+transport (`stdio_client(...)`) or a server object; results read through `content`/`is_error`/`structured_content`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+log = logging.getLogger("toolgym.mcp")
+logging.getLogger("mcp").setLevel(logging.WARNING)
+
+
+class ToolCallError(RuntimeError):
+    """A call could not complete because the server connection failed (crash, hang, transport error)."""
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """A server tool: its name, description and JSON-schema of its arguments."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def to_openai(self, hidden_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        """OpenAI `tools` entry, with `hidden_args` removed from the schema the model sees."""
+        schema = json.loads(json.dumps(self.input_schema or {"type": "object", "properties": {}}))
+        schema.setdefault("type", "object")
+        props = schema.setdefault("properties", {})
+        for arg in hidden_args:
+            props.pop(arg, None)
+        if "required" in schema:
+            schema["required"] = [r for r in schema["required"] if r not in hidden_args]
+            if not schema["required"]:
+                del schema["required"]
+        schema.pop("title", None)
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": schema}}
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returned: the text the model will see, whether the server flagged an error, and any
+    structured content."""
+
+    text: str
+    is_error: bool = False
+    structured: Any = None
+    latency_s: float = 0.0
+
+    def json(self) -> Any:
+        """The structured result, else the text parsed as JSON."""
+        if self.structured is not None:
+            inner = self.structured
+            if isinstance(inner, dict) and set(inner) == {"result"}:
+                return inner["result"]
+            return inner
+        return json.loads(self.text)
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+    """Linux: ask the kernel to SIGTERM the child when its parent dies (no orphaned servers after kill -9)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def resolve_command(cmd: str) -> str:
+    """A command on PATH, else the one installed beside this Python (a venv used without activating it)."""
+    if os.sep in cmd or shutil.which(cmd):
+        return cmd
+    beside = os.path.join(os.path.dirname(sys.executable), cmd)
+    return beside if os.path.exists(beside) else cmd
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ManagedProcess:
+    """A server process toolgym launched itself (a streamable-HTTP server): started on demand, restarted when
+    dead, terminated on close, and tied to this process's life (PDEATHSIG)."""
+
+    def __init__(self, command: list[str], url: str, env: dict[str, str] | None = None, start_timeout: float = 30.0):
+        self.command, self.url, self.env, self.start_timeout = command, url, env, start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    async def ensure_running(self) -> None:
+        async with self._lock:
+            if self.alive:
+                return
+            self.terminate()
+            env = {**os.environ, **(self.env or {})}
+            self.proc = subprocess.Popen(  # noqa: S603 - the user's own server command
+                [resolve_command(self.command[0]), *self.command[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                preexec_fn=_set_pdeathsig if sys.platform == "linux" else None,  # noqa: PLW1509
+            )
+            deadline = time.monotonic() + self.start_timeout
+            async with httpx.AsyncClient() as client:
+                while time.monotonic() < deadline:
+                    if self.proc.poll() is not None:
+                        err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
+                        raise ToolCallError(f"server command {self.command} exited with {self.proc.returncode}: {err}")
+                    with contextlib.suppress(httpx.HTTPError):
+                        await client.get(self.url, timeout=1.0)
+                        return
+                    await asyncio.sleep(0.1)
+            self.terminate()
+            raise ToolCallError(f"server {self.command} did not answer at {self.url} within {self.start_timeout}s")
+
+    def terminate(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+
+
+@dataclass
+class ServerSpec:
+    """How to reach an MCP server.
+
+    - `ServerSpec.stdio(["mcp-server-x", "--flag"])`: spawn the command, talk over stdin/stdout (one process per
+      session);
+    - `ServerSpec.http("http://127.0.0.1:8000/mcp")`: a running streamable-HTTP server; add `launch=[cmd...]` to have
+      toolgym start (and restart) it;
+    - `ServerSpec.inprocess(server_or_factory)`: an `MCPServer` object (or a zero-argument factory), in memory.
+    """
+
+    kind: Literal["stdio", "http", "inprocess"]
+    command: list[str] = field(default_factory=list)
+    url: str = ""
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    launch: list[str] | None = None
+    target: Any = None
+
+    @classmethod
+    def stdio(cls, command: str | list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> ServerSpec:
+        cmd = command.split() if isinstance(command, str) else list(command)
+        if not cmd:
+            raise ValueError("empty server command")
+        return cls(kind="stdio", command=cmd, env=env, cwd=cwd)
+
+    @classmethod
+    def http(cls, url: str, launch: list[str] | None = None, env: dict[str, str] | None = None) -> ServerSpec:
+        return cls(kind="http", url=url, launch=launch, env=env)
+
+    @classmethod
+    def inprocess(cls, server_or_factory: Any) -> ServerSpec:
+        return cls(kind="inprocess", target=server_or_factory)
+
+    def describe(self) -> str:
+        if self.kind == "stdio":
+            return "stdio:" + " ".join(self.command)
+        if self.kind == "http":
+            return self.url
+        return f"inprocess:{getattr(self.target, '__name__', type(self.target).__name__)}"
+
+
+class MCPSession:
+    """One open client session to an MCP server. Use `await MCPSession.open(spec)`, then `call`, then `close`."""
+
+    def __init__(self, spec: ServerSpec, server_obj: Any = None) -> None:
+        self.spec = spec
+        self._server_obj = server_obj
+        self._client: Any = None
+        self._owner: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._open_error: BaseException | None = None
+        self.broken: str | None = None
+        self.calls = 0
+
+    @classmethod
+    async def open(cls, spec: ServerSpec, server_obj: Any = None, timeout: float = 60.0) -> MCPSession:
+        session = cls(spec, server_obj)
+        session._owner = asyncio.create_task(session._run(), name=f"mcp-session:{spec.describe()}")
+        try:
+            await asyncio.wait_for(session._ready.wait(), timeout)
+        except TimeoutError:
+            await session.close()
+            raise ToolCallError(f"could not connect to MCP server {spec.describe()} within {timeout}s") from None
+        if session._open_error is not None:
+            raise ToolCallError(
+                f"could not connect to MCP server {spec.describe()}: {_describe_exc(session._open_error)}"
+            ) from session._open_error
+        return session
+
+    def _target(self) -> Any:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if self.spec.kind == "stdio":
+            env = {**os.environ, **self.spec.env} if self.spec.env else None
+            return stdio_client(
+                StdioServerParameters(command=resolve_command(self.spec.command[0]), args=self.spec.command[1:],
+                                      env=env, cwd=self.spec.cwd)
+            )
+        if self.spec.kind == "http":
+            return self.spec.url
+        return self._server_obj
+
+    async def _run(self) -> None:
+        from mcp import Client
+
+        try:
+            async with Client(self._target()) as client:
+                self._client = client
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported on the session, never raised into a foreign task
+            if not self._ready.is_set():
+                self._open_error = exc
+            elif not self._stop.is_set():
+                self.broken = self.broken or f"connection lost: {_describe_exc(exc)}"
+            if isinstance(exc, asyncio.CancelledError) and not self._stop.is_set():
+                pass
+        finally:
+            self._client = None
+            if not self._stop.is_set() and self._ready.is_set():
+                self.broken = self.broken or "connection closed by the server"
+            self._ready.set()
+
+    async def list_tools(self) -> list[ToolInfo]:
+        client = self._require()
+        res = await client.list_tools()
+        return [ToolInfo(t.name, t.description or "", dict(t.input_schema or {})) for t in res.tools]
+
+    async def call(self, name: str, arguments: dict[str, Any] | None, timeout: float | None = 30.0) -> ToolResult:
+        """Call a tool. A server-side error comes back as `ToolResult(is_error=True)`; a dead or hung server raises
+        `ToolCallError` and marks the session broken."""
+        client = self._require()
+        self.calls += 1
+        t0 = time.perf_counter()
+        try:
+            if timeout is None:
+                res = await client.call_tool(name, arguments or {})
+            else:
+                res = await asyncio.wait_for(client.call_tool(name, arguments or {}), timeout)
+        except TimeoutError:
+            self.broken = f"tool {name!r} timed out after {timeout}s (server hung?)"
+            raise ToolCallError(self.broken) from None
+        except Exception as exc:  # noqa: BLE001 - classify below
+            if self.broken or self._client is None or _is_transport_error(exc):
+                self.broken = self.broken or f"connection lost during {name!r}: {_describe_exc(exc)}"
+                raise ToolCallError(self.broken) from exc
+            # a protocol-level error for this call only (e.g. the server rejected the request): the session lives on
+            return ToolResult(text=f"Error: {_describe_exc(exc)}", is_error=True, latency_s=time.perf_counter() - t0)
+        text = "\n".join(_content_text(c) for c in (res.content or []))
+        return ToolResult(
+            text=text,
+            is_error=bool(res.is_error),
+            structured=getattr(res, "structured_content", None),
+            latency_s=time.perf_counter() - t0,
+        )
+
+    def _require(self) -> Any:
+        if self.broken:
+            raise ToolCallError(f"MCP session to {self.spec.describe()} is broken: {self.broken}")
+        if self._client is None:
+            raise ToolCallError(f"MCP session to {self.spec.describe()} is not open")
+        return self._client
+
+    async def close(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._owner is not None and not self._owner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._owner), timeout)
+            except (TimeoutError, asyncio.CancelledError):
+                self._owner.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._owner
+
+
+def _content_text(c: Any) -> str:
+    text = getattr(c, "text", None)
+    if text is not None:
+        return str(text)
+    return json.dumps(c.model_dump(mode="json") if hasattr(c, "model_dump") else str(c))
+
+
+def _describe_exc(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe_exc(exc.exceptions[0])
+    msg = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {msg}" if str(exc) else msg
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    import anyio
+
+    transport = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError, OSError)
+    if isinstance(exc, transport) or isinstance(exc, httpx.TransportError):
+        return True
+    text = str(exc).lower()
+    return "connection closed" in text or "closed" in text and "stream" in text
+
+
+class SessionProvider:
+    """Hands out sessions to rollouts: a fresh one per rollout (`scope="rollout"`, for servers whose state is per
+    session) or one shared session (`scope="shared"`), reopened after it breaks. Owns launched processes and
+    in-process server objects; `aclose()` closes everything."""
+
+    def __init__(self, spec: ServerSpec, scope: Literal["rollout", "shared"] = "rollout") -> None:
+        self.spec, self.scope = spec, scope
+        self._shared: MCPSession | None = None
+        self._lock = asyncio.Lock()
+        self._open: set[MCPSession] = set()
+        self._managed = ManagedProcess(spec.launch, spec.url, spec.env) if spec.kind == "http" and spec.launch else None
+        self._server_obj: Any = None
+        self.restarts = 0
+
+    def _inprocess_server(self, fresh: bool) -> Any:
+        target = self.spec.target
+        if not callable(target) or hasattr(target, "_lowlevel_server") or hasattr(target, "run"):
+            return target  # a server object: shared by every session (isolation is the server's job)
+        if fresh or self._server_obj is None:
+            self._server_obj = target()
+        return self._server_obj
+
+    async def _new(self) -> MCPSession:
+        if self._managed is not None:
+            await self._managed.ensure_running()
+        obj = self._inprocess_server(fresh=False) if self.spec.kind == "inprocess" else None
+        session = await MCPSession.open(self.spec, obj)
+        self._open.add(session)
+        return session
+
+    async def acquire(self) -> MCPSession:
+        if self.scope == "rollout":
+            return await self._new()
+        async with self._lock:
+            if self._shared is None or self._shared.broken:
+                if self._shared is not None:
+                    self.restarts += 1
+                    await self._discard(self._shared)
+                self._shared = await self._new()
+            return self._shared
+
+    async def release(self, session: MCPSession) -> None:
+        if self.scope == "rollout" or session.broken:
+            if session.broken:
+                self.restarts += 1 if self.scope == "rollout" else 0
+            await self._discard(session)
+            if session is self._shared:
+                self._shared = None
+
+    async def _discard(self, session: MCPSession) -> None:
+        self._open.discard(session)
+        await session.close()
+        if session.broken and self._managed is not None and not self._managed.alive:
+            self._managed.terminate()
+
+    async def aclose(self) -> None:
+        for s in list(self._open):
+            await self._discard(s)
+        self._shared = None
+        if self._managed is not None:
+            self._managed.terminate()
+
+
+async def list_server_tools(spec: ServerSpec) -> list[ToolInfo]:
+    """Connect once, list the tools, disconnect."""
+    provider = SessionProvider(spec, "rollout")
+    try:
+        session = await provider.acquire()
+        return await session.list_tools()
+    finally:
+        await provider.aclose()
+
+
+ServerFactory = Callable[[], Any]

@@ -1,0 +1,195 @@
+"""A policy backed by any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp, SGLang, ...).
+
+Sends the conversation with the native `tools` parameter and sampling arguments; retries 429/5xx/connection errors
+with exponential backoff and jitter. Tool calls come from the response's `tool_calls`; argument strings that are not
+JSON objects become `parse_ok = False` calls (raw text kept). With `return_tokens=True` it asks the server for token
+ids and logprobs (`logprobs`, and vLLM's `return_token_ids`) and stores them on the turn when the server sends them.
+Several base URLs can be given (comma-separated or a list): requests are spread over them (least in-flight first)
+and an endpoint that fails is skipped for a cool-down while the others carry on; outages are counted in `stats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from typing import Any
+
+import httpx
+
+from toolgym.policy import Policy, PolicySession
+from toolgym.types import AssistantTurn, ToolCall
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class EndpointError(RuntimeError):
+    """Every endpoint failed for one request, after retries."""
+
+
+class _Endpoint:
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.in_flight = 0
+        self.down_until = 0.0
+        self.failures = 0
+        self.requests = 0
+
+
+class OpenAIPolicy(Policy):
+    def __init__(
+        self,
+        model: str,
+        base_url: str | list[str] = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+        timeout_s: float = 120.0,
+        cooldown_s: float = 10.0,
+        return_tokens: bool = False,
+        **_: Any,
+    ) -> None:
+        self.name = f"openai:{model}"
+        self.model = model
+        urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+        self.endpoints = [_Endpoint(u.strip()) for u in urls if u.strip()]
+        if not self.endpoints:
+            raise ValueError("no base URL given for the OpenAI-compatible policy")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.sampling = {k: v for k, v in {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
+                                           "seed": seed}.items() if v is not None}
+        self.extra_body = extra_body or {}
+        self.max_retries, self.backoff_s, self.cooldown_s = max_retries, backoff_s, cooldown_s
+        self.return_tokens = return_tokens
+        self._client = httpx.AsyncClient(timeout=timeout_s, headers={"Authorization": f"Bearer {self.api_key}"})
+        self.stats = {"requests": 0, "retries": 0, "failovers": 0, "endpoint_errors": 0}
+
+    def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
+        return _OpenAISession(self, tools)
+
+    def _pick(self, exclude: set[str]) -> _Endpoint:
+        now = time.monotonic()
+        live = [e for e in self.endpoints if e.down_until <= now and e.url not in exclude]
+        pool = live or [e for e in self.endpoints if e.url not in exclude] or self.endpoints
+        return min(pool, key=lambda e: (e.in_flight, e.requests))
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """POST /chat/completions with retries and failover; return the JSON response."""
+        body: dict[str, Any] = {"model": self.model, "messages": _clean(messages), **self.sampling, **self.extra_body}
+        if tools:
+            body["tools"] = tools
+        if self.return_tokens:
+            body.setdefault("logprobs", True)
+            body.setdefault("return_token_ids", True)
+        last: str = ""
+        tried: set[str] = set()
+        for attempt in range(self.max_retries + 1):
+            ep = self._pick(tried if len(tried) < len(self.endpoints) else set())
+            ep.in_flight += 1
+            ep.requests += 1
+            self.stats["requests"] += 1
+            try:
+                resp = await self._client.post(f"{ep.url}/chat/completions", json=body)
+                if resp.status_code == 200:
+                    ep.failures = 0
+                    return resp.json()
+                last = f"{ep.url}: HTTP {resp.status_code}: {resp.text[:300]}"
+                if resp.status_code not in RETRY_STATUS:
+                    raise EndpointError(last)
+            except httpx.TransportError as exc:
+                last = f"{ep.url}: {type(exc).__name__}: {exc}"
+                ep.down_until = time.monotonic() + self.cooldown_s
+                self.stats["endpoint_errors"] += 1
+                if len(self.endpoints) > 1:
+                    self.stats["failovers"] += 1
+            finally:
+                ep.in_flight -= 1
+            ep.failures += 1
+            tried.add(ep.url)
+            if attempt < self.max_retries:
+                self.stats["retries"] += 1
+                live_other = any(e.down_until <= time.monotonic() and e.url not in tried for e in self.endpoints)
+                if not live_other:
+                    await asyncio.sleep(self.backoff_s * 2**attempt * (0.5 + random.random()))
+        raise EndpointError(f"chat completion failed after {self.max_retries + 1} attempts: {last}")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _OpenAISession(PolicySession):
+    def __init__(self, policy: OpenAIPolicy, tools: list[dict[str, Any]]) -> None:
+        self.policy, self.tools = policy, tools
+
+    async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
+        data = await self.policy.complete(messages, self.tools)
+        return parse_completion(data)
+
+
+def parse_completion(data: dict[str, Any]) -> AssistantTurn:
+    """Turn an OpenAI chat-completion response into an `AssistantTurn`."""
+    choice = (data.get("choices") or [{}])[0]
+    msg = choice.get("message") or {}
+    calls: list[ToolCall] = []
+    errors = []
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        raw = fn.get("arguments")
+        name = fn.get("name") or ""
+        args: dict[str, Any] | None = None
+        err = None
+        if isinstance(raw, dict):
+            args = raw
+        else:
+            try:
+                parsed = json.loads(raw) if raw not in (None, "") else {}
+                if isinstance(parsed, dict):
+                    args = parsed
+                else:
+                    err = f"arguments are a JSON {type(parsed).__name__}, not an object"
+            except (json.JSONDecodeError, TypeError) as exc:
+                err = f"invalid JSON arguments: {exc}"
+        if err:
+            errors.append(f"{name}: {err}")
+        calls.append(ToolCall(name=name, arguments=args, id=tc.get("id") or f"call_{i}",
+                              raw_arguments=raw if isinstance(raw, str) else json.dumps(raw), parse_error=err))
+    turn = AssistantTurn(
+        content=msg.get("content"),
+        tool_calls=calls,
+        reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+        parse_ok=not errors,
+        parse_error="; ".join(errors) or None,
+        raw_text=msg.get("content"),
+        finish_reason=choice.get("finish_reason"),
+        usage=data.get("usage"),
+    )
+    token_ids = choice.get("token_ids")
+    lp = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if token_ids:
+        turn.token_ids = list(token_ids)
+    if lp:
+        turn.logprobs = [float(t.get("logprob", 0.0)) for t in lp]
+    return turn
+
+
+def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop toolgym-only keys that strict servers reject."""
+    out = []
+    for m in messages:
+        m = {k: v for k, v in m.items() if k not in ("reasoning_content",)}
+        if m.get("role") == "tool":
+            m.pop("name", None)
+        out.append(m)
+    return out
+
+
+def load_openai(target: str, env: Any = None, **options: Any) -> Policy:
+    base = options.pop("base_url", None) or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    return OpenAIPolicy(target, base_url=base, **{k: v for k, v in options.items() if v is not None})

@@ -1,0 +1,53 @@
+"""Scripted players: plain Python functions that write assistant turns (tool calls) like a model would.
+
+Environments ship their own (`env.scripted_players()`), e.g. a minimax expert for tic-tac-toe or a reference player
+that runs a task's gold SQL. They see exactly what a model sees (the messages and tool schemas) plus the task row,
+and must act only through tool calls. Useful as teachers (`toolgym synth`), baselines and for tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from toolgym.policy import Policy, PolicySession
+from toolgym.types import AssistantTurn, ToolCall
+
+TurnFn = Callable[[list[dict[str, Any]], dict[str, Any]], AssistantTurn]
+_ids = itertools.count()
+
+
+def call(name: str, **arguments: Any) -> ToolCall:
+    """A well-formed tool call with a fresh id."""
+    return ToolCall(name=name, arguments=arguments, id=f"call_{next(_ids)}")
+
+
+class ScriptedSession(PolicySession):
+    def __init__(self, fn: TurnFn, tools: list[dict[str, Any]], task: dict[str, Any], index: int = 0) -> None:
+        self.fn, self.tools, self.task = fn, tools, task
+        self.memory: dict[str, Any] = {"tools": tools, "task": task, "session_index": index}
+
+    async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
+        return self.fn(messages, self.memory)
+
+
+class ScriptedPolicy(Policy):
+    """Wrap `fn(messages, memory) -> AssistantTurn`; `memory` is a per-rollout dict holding `tools`, `task` and
+    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it)."""
+
+    def __init__(self, fn: TurnFn, name: str = "scripted") -> None:
+        self.fn, self.name = fn, name
+        self._opened = itertools.count()
+
+    def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
+        return ScriptedSession(self.fn, tools, task, next(self._opened))
+
+
+def load_scripted(target: str, env: Any = None, **options: Any) -> Policy:
+    players = env.scripted_players() if env is not None else {}
+    if target not in players:
+        known = ", ".join(sorted(players)) or "none"
+        where = f"environment {env.name!r}" if env is not None else "no environment"
+        raise ValueError(f"unknown scripted player {target!r} for {where}; known: {known}")
+    return players[target](env, **{k: v for k, v in options.items() if v is not None})
