@@ -1,6 +1,8 @@
 """Tool-call accuracy (BFCL-aligned): argument validation against the tool's `inputSchema` and AST-style matching
 of a call against an expected call.
 
+`validate_args` also rejects argument names the schema does not list (unless it sets `additionalProperties`).
+
 Expected calls in a task use BFCL's ground-truth shape, each argument listing its acceptable values:
 `{"name": "make_move", "arguments": {"position": [4]}}`. A plain (non-list) value is read as a one-value list, so a
 list-valued argument is written as a list of options: `{"cells": [[1, 2]]}`. A parameter whose
@@ -13,7 +15,6 @@ element-wise with the same rules.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -21,20 +22,25 @@ import jsonschema
 _PUNCT = re.compile(r"[\s,./\-_*^'\"]")
 
 
-@lru_cache(maxsize=1024)
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    import json
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
 
-    schema = json.loads(schema_json)
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A compiled validator per schema object (schemas are built once per env and kept alive)."""
+    hit = _VALIDATORS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
+    v = cls(schema)
+    if len(_VALIDATORS) > 4096:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, v)
+    return v
 
 
 def validate_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
     """Return None when `args` satisfies `schema`, else a short, model-readable reason."""
-    import json
-
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _validator(schema)
     errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
     if not errors:
         return None

@@ -205,17 +205,24 @@ class StatefulToolEnv:
 
     def tool_schema(self, tool: str) -> dict[str, Any]:
         """The argument schema the model sees for `tool` (hidden args removed)."""
-        if tool in self._env_tool_schemas:
-            return self._env_tool_schemas[tool][0]
-        return self.tools[tool].to_openai(self.hidden_args.get(tool, []))["function"]["parameters"]
+        return self._schemas()[tool]["function"]["parameters"]
 
     def model_tools(self) -> list[dict[str, Any]]:
         """OpenAI-style schemas of the tools the model may call."""
-        out = [t.to_openai(self.hidden_args.get(n, [])) for n, t in self.tools.items() if self.is_visible(n)]
+        return list(self._schemas().values())
+
+    def _schemas(self) -> dict[str, dict[str, Any]]:
+        """Model-visible tool schemas by name, computed once per connected tool list."""
+        key = tuple(self.tools)
+        cached = getattr(self, "_schema_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        out = {n: t.to_openai(self.hidden_args.get(n, [])) for n, t in self.tools.items() if self.is_visible(n)}
         for n, m in self._env_tools.items():
-            doc = inspect.getdoc(m) or ""
-            desc = doc.split("\n\n")[0].strip()
-            out.append({"type": "function", "function": {"name": n, "description": desc, "parameters": self.tool_schema(n)}})
+            desc = (inspect.getdoc(m) or "").split("\n\n")[0].strip()
+            out[n] = {"type": "function",
+                      "function": {"name": n, "description": desc, "parameters": self._env_tool_schemas[n][0]}}
+        self._schema_cache = (key, out)
         return out
 
     async def call(self, tool: str, /, **args: Any) -> ToolResult:

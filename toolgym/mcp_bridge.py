@@ -32,6 +32,7 @@ import httpx
 
 log = logging.getLogger("toolgym.mcp")
 logging.getLogger("mcp").setLevel(logging.WARNING)
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class ToolCallError(RuntimeError):
@@ -339,7 +340,8 @@ def _is_transport_error(exc: BaseException) -> bool:
 class SessionProvider:
     """Hands out sessions to rollouts: a fresh one per rollout (`scope="rollout"`, for servers whose state is per
     session) or one shared session (`scope="shared"`), reopened after it breaks. Owns launched processes and
-    in-process server objects; `aclose()` closes everything."""
+    in-process server objects; `aclose()` closes everything. `restarts` counts the sessions replaced because they broke
+(server crash, hang, lost connection)."""
 
     def __init__(self, spec: ServerSpec, scope: Literal["rollout", "shared"] = "rollout") -> None:
         self.spec, self.scope = spec, scope
@@ -372,20 +374,19 @@ class SessionProvider:
         async with self._lock:
             if self._shared is None or self._shared.broken:
                 if self._shared is not None:
-                    self.restarts += 1
                     await self._discard(self._shared)
                 self._shared = await self._new()
             return self._shared
 
     async def release(self, session: MCPSession) -> None:
         if self.scope == "rollout" or session.broken:
-            if session.broken:
-                self.restarts += 1 if self.scope == "rollout" else 0
             await self._discard(session)
             if session is self._shared:
                 self._shared = None
 
     async def _discard(self, session: MCPSession) -> None:
+        if session.broken and session in self._open:
+            self.restarts += 1  # counted once per broken session, in either scope
         self._open.discard(session)
         await session.close()
         if session.broken and self._managed is not None and not self._managed.alive:

@@ -5,6 +5,8 @@ Player tools: `get_board(game_id)`, `make_move(game_id, position)`. Setup and gr
 and grading tools and the `game_id` argument from the model and injects them itself.
 
 Errors are raised as `ToolError`, so the client gets the message as an error result (`is_error`).
+Tools are `async def` on purpose: they are CPU-trivial, and MCPServer runs sync tools in a worker thread
+(a thread hand-off per call that costs more than the game logic).
 Games live in one table keyed by an unguessable id, so many clients (or rollouts) can share one server process
 without seeing each other's games. The table is bounded (oldest games evicted first).
 """
@@ -96,7 +98,7 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
     table = GameTable(max_games)
 
     @srv.tool()
-    def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0) -> dict[str, Any]:
+    async def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0) -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
 
         Args:
@@ -108,12 +110,12 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
     @srv.tool()
-    def get_board(game_id: str) -> str:
+    async def get_board(game_id: str) -> str:
         """Show the current board, whose move it is and the free cells."""
         return table.get(game_id).describe()
 
     @srv.tool()
-    def make_move(game_id: str, position: int) -> str:
+    async def make_move(game_id: str, position: int) -> str:
         """Place your X on a free cell (0-8, row by row); the opponent replies at once.
 
         Args:
@@ -139,7 +141,7 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
         return f"{text}\n{game.describe()}"
 
     @srv.tool()
-    def game_result(game_id: str) -> dict[str, Any]:
+    async def game_result(game_id: str) -> dict[str, Any]:
         """Grading view of a game: status (in_progress, win, draw, loss), moves and invalid-move count."""
         game = table.get(game_id)
         return {
@@ -152,7 +154,7 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
         }
 
     @srv.tool()
-    def end_game(game_id: str) -> str:
+    async def end_game(game_id: str) -> str:
         """Forget a game and free its memory."""
         table.games.pop(game_id, None)
         return "ok"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up toolgym on a fresh machine: a .venv with toolgym (train + dev extras) and every bundled MCP server and
+# environment package (servers/*, envs/*) installed editable. Idempotent. Needs python3 >= 3.11.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch 2.13.0: a CPU wheel on our CI machines; elsewhere pip picks the build for your platform.
+if [ -z "${TOOLGYM_NO_TORCH:-}" ]; then .venv/bin/python -m pip install -q "torch==2.13.0"; fi
+args=(-e ".[dev]")
+[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,dev]")
+for d in servers/*/ envs/*/; do
+  [ -f "$d/pyproject.toml" ] && args+=(-e "$d")
+done
+.venv/bin/python -m pip install -q "${args[@]}"
+echo "toolgym is installed in .venv (activate: . .venv/bin/activate)"
