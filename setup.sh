@@ -8,8 +8,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch 2.13.0: a CPU wheel on our CI machines; elsewhere pip picks the build for your platform.
 if [ -z "${TOOLGYM_NO_TORCH:-}" ]; then .venv/bin/python -m pip install -q "torch==2.13.0"; fi
-args=(-e ".[dev]")
-[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,dev]")
+args=(-e ".[dev,examples]")
+[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,dev,examples]")
 for d in servers/*/ envs/*/; do
   [ -f "$d/pyproject.toml" ] && args+=(-e "$d")
 done

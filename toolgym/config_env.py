@@ -185,8 +185,37 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
     return fn
 
 
+def _reference_player(env: Any, **_: Any) -> Any:
+    """Replays the task's `expected_calls` (first acceptable value of each argument), then answers with the last
+    tool output inside <answer> tags (or the task's `answer` when the task has no expected calls). Validates a
+    config env's plumbing and rewards; it is an oracle, not a baseline."""
+    from toolgym.policies.scripted import ScriptedPolicy, call
+    from toolgym.types import AssistantTurn
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        task = memory["task"]
+        expected = task.get("expected_calls") or []
+        i = memory.setdefault("next", 0)
+        if i < len(expected):
+            memory["next"] = i + 1
+            args = {k: (v[0] if isinstance(v, list) and v else v) for k, v in expected[i].get("arguments", {}).items()
+                    if not (isinstance(v, list) and v and v[0] in ("", None))}
+            return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], **args)])
+        last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), None)
+        answer = last if last is not None else str(task.get("answer", ""))
+        return AssistantTurn(content=f"<answer>{answer}</answer>")
+
+    return ScriptedPolicy(act, "scripted:reference")
+
+
 class ConfigEnv(StatefulToolEnv):
-    """A `StatefulToolEnv` whose server, tasks and rewards come from an `EnvConfig`."""
+    """A `StatefulToolEnv` whose server, tasks and rewards come from an `EnvConfig`. Ships one scripted player,
+    `reference` (see `_reference_player`)."""
+
+    default_policy = "scripted:reference"
+
+    def scripted_players(self) -> dict[str, Any]:
+        return {"reference": _reference_player}
 
     def __init__(self, config: EnvConfig, base_dir: Path, **options: Any) -> None:
         self.config, self.base_dir = config, base_dir
