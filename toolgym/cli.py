@@ -181,6 +181,42 @@ def tools_cmd(
     console.print_json(json.dumps(asyncio.run(go())))
 
 
+@app.command("serve")
+def serve_cmd(
+    env_name: str = typer.Argument(..., help="Environment name or config path"),
+    model: str | None = typer.Option(None, "-m", "--model", help="Policy URI (default: the env's embedded default)"),
+    transport: str = typer.Option("stdio", "--transport", help="stdio or streamable-http"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8770, "--port"),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
+    temperature: float | None = typer.Option(None, "-t", "--temperature"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+    model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one agent run may take"),
+    max_concurrency: int = typer.Option(16, "--max-concurrency", help="Agent runs in flight at once"),
+) -> None:
+    """Serve an agent (model + its environment's tools) as an MCP server over stdio or streamable HTTP."""
+    import logging
+    import sys
+
+    from toolgym.policy import load_policy
+    from toolgym.registry import load_env
+    from toolgym.serve import build_agent_server
+
+    if transport not in ("stdio", "streamable-http"):
+        _fail("--transport must be stdio or streamable-http")
+    env_args = parse_kv(env_arg)
+    env = load_env(env_name, **env_args)
+    options = {"base_url": base_url, "temperature": temperature, **parse_kv(model_arg)}
+    policy = load_policy(model or default_model(env), env, **{k: v for k, v in options.items() if v is not None})
+    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if transport == "stdio":
+        srv.run("stdio")
+    else:
+        srv.run("streamable-http", host=host, port=port)
+
+
 def _mount_optional() -> None:
     try:
         from toolgym.models.cli import app as model_app

@@ -108,14 +108,21 @@ class TicTacToeEnv(StatefulToolEnv):
 
     # ------------------------------------------------------------ hooks
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
-        res = (await self.call("new_game", seed=task["seed"], x_starts=task.get("x_starts"),
-                               random_move_prob=task.get("random_move_prob", 0.0))).json()
+        args = {"seed": task.get("seed", 0), "random_move_prob": task.get("random_move_prob", 0.0)}
+        if task.get("board"):
+            args["board"] = task["board"]
+        else:
+            args["x_starts"] = task.get("x_starts")
+        res = (await self.call("new_game", **args)).json()
         state["game_id"], state["board_text"], state["over"] = res["game_id"], res["board"], False
 
     def initial_messages(self, task: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:
-        first = "You move first." if task.get("x_starts", True) else "The opponent moved first."
+        if task.get("board"):
+            first = "A game in progress."
+        else:
+            first = "New game. " + ("You move first." if task.get("x_starts", True) else "The opponent moved first.")
         return [{"role": "system", "content": self.system_prompt},
-                {"role": "user", "content": f"New game. {first}\n{state['board_text']}"}]
+                {"role": "user", "content": f"{first}\n{state['board_text']}"}]
 
     def update_tool_args(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         return {**args, "game_id": state["game_id"]}
@@ -150,6 +157,42 @@ class TicTacToeEnv(StatefulToolEnv):
                 _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed")), "scripted:imperfect"
             ),
         }
+
+
+    def serve_tools(self, agent: Any) -> dict[str, Any]:
+        """Tools for `toolgym serve`: let any MCP client play against (or get advice from) the agent."""
+        from mcp.server.mcpserver.exceptions import ToolError
+        from mcp_server_tictactoe import game as g
+        from mcp_server_tictactoe.server import parse_position
+
+        async def suggest_move(board: str, agent_plays: str = "X") -> dict[str, Any]:
+            """Ask the agent for its move on a board and play it there.
+
+            Args:
+                board: The position, 9 cells row by row: X, O, or '.' for empty (e.g. "X.O.X...." or "X|.|O/...").
+                agent_plays: The side the agent plays, X or O (it must be that side's turn).
+            """
+            agent.check_text(board, "board")
+            side = agent_plays.strip().upper()
+            if side not in ("X", "O"):
+                raise ToolError("agent_plays must be 'X' or 'O'")
+            cells = parse_position(board.translate(str.maketrans("XOxo", "OXox")) if side == "O" else board)
+            seed = int(cells.translate(str.maketrans(".XO", "012")), 3)  # stable per position
+            traj = await agent.run({"seed": seed, "board": cells}, max_turns=1)
+            move = next((c for c in traj.calls if c.name == "make_move"), None)
+            if move is None or not move.exec_ok:
+                why = move.result if move is not None else "the agent made no move"
+                return {"position": None, "valid": False, "error": why, "reasoning": traj.turns[0]["reasoning"]
+                        if traj.turns else None}
+            pos = int((move.arguments or {})["position"])
+            after = g.play(cells, pos, "X")
+            status = {"X": "agent_won"}.get(g.winner(after) or "", "draw" if g.EMPTY not in after else "in_progress")
+            if side == "O":
+                after = after.translate(str.maketrans("XO", "OX"))
+            return {"position": pos, "valid": True, "board_after": after, "status": status,
+                    "reasoning": traj.turns[0]["reasoning"] if traj.turns else None}
+
+        return {"suggest_move": suggest_move}
 
 
 def _server_for(transport: str) -> ServerSpec:

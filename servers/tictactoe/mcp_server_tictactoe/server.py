@@ -64,6 +64,24 @@ class Game:
         return text
 
 
+def parse_position(board: str) -> str:
+    """Validate a position given as 9 cells (X, O, or '.'/'-'/'_'/space/digit for empty; separators '|', '/',
+    newlines ignored) with X to move. Returns the 9-character board with '.' for empty cells."""
+    cells = [c for c in board.upper() if c not in "|/\n\r\t,+"]
+    if len(board) > 200 or len(cells) != 9:
+        raise ToolError(f"a board has 9 cells (X, O or . for empty), got {len(cells)}: {board[:60]!r}")
+    out = "".join(c if c in "XO" else g.EMPTY for c in cells)
+    bad = [c for c in cells if c not in "XO.-_ 012345678"]
+    if bad:
+        raise ToolError(f"invalid cell characters {sorted(set(bad))}: use X, O or . for empty")
+    x, o = out.count("X"), out.count("O")
+    if not (x == o or o == x + 1):
+        raise ToolError(f"not a position with X to move: {x} X and {o} O")
+    if g.is_over(out):
+        raise ToolError("the game on that board is already over")
+    return out
+
+
 class GameTable:
     """All games of one server process."""
 
@@ -71,14 +89,20 @@ class GameTable:
         self.games: OrderedDict[str, Game] = OrderedDict()
         self.max_games = max_games
 
-    def new(self, seed: int, x_starts: bool | None, random_move_prob: float) -> tuple[str, Game]:
+    def new(self, seed: int, x_starts: bool | None, random_move_prob: float, board: str | None = None
+            ) -> tuple[str, Game]:
         if not 0.0 <= random_move_prob <= 1.0:
             raise ToolError(f"random_move_prob must be in [0, 1], got {random_move_prob}")
-        if x_starts is None:
-            x_starts = random.Random(f"tictactoe-start:{seed}").random() < 0.5
-        game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts)
-        if not x_starts:
-            game.opponent_reply()
+        if board is not None:
+            board = parse_position(board)
+            x_starts = board.count("O") == board.count("X")
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, board=board)
+        else:
+            if x_starts is None:
+                x_starts = random.Random(f"tictactoe-start:{seed}").random() < 0.5
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts)
+            if not x_starts:
+                game.opponent_reply()
         game_id = secrets.token_hex(8)
         self.games[game_id] = game
         while len(self.games) > self.max_games:
@@ -98,15 +122,17 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
     table = GameTable(max_games)
 
     @srv.tool()
-    async def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0) -> dict[str, Any]:
+    async def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0,
+                       board: str | None = None) -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
 
         Args:
             seed: Seeds who starts (when x_starts is not given) and the opponent's choices.
             x_starts: Whether X (the player) moves first; default: a 50/50 draw from the seed.
             random_move_prob: Probability that the opponent plays a random free cell instead of a best move.
+            board: Start from this position instead (9 cells X, O or '.', row by row), X to move.
         """
-        game_id, game = table.new(seed, x_starts, random_move_prob)
+        game_id, game = table.new(seed, x_starts, random_move_prob, board)
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
     @srv.tool()
