@@ -218,11 +218,26 @@ def serve_cmd(
 
 
 def _mount_optional() -> None:
+    """Sub-commands from optional packages: `toolgym model ...`, `toolgym export ...`, and the training commands
+    (`synth`, `sft`, `train`, `plot`) at the top level. Each is skipped if its package cannot be imported."""
     try:
         from toolgym.models.cli import app as model_app
+
+        app.add_typer(model_app, name="model", help="Local models: build the tiny offline model, inspect templates.")
     except ImportError:
-        return
-    app.add_typer(model_app, name="model", help="Local models: build the tiny offline model, inspect templates.")
+        pass
+    try:
+        from toolgym.export.cli import app as export_app
+
+        app.add_typer(export_app, name="export", help="Export an environment to another framework (verifiers).")
+    except ImportError:
+        pass
+    try:
+        from toolgym.train.cli import app as train_app
+
+        app.registered_commands.extend(train_app.registered_commands)
+    except ImportError:
+        pass
 
 
 _mount_optional()
