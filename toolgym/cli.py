@@ -48,7 +48,7 @@ def eval_cmd(
     rollouts: int = typer.Option(1, "-r", "--rollouts", help="Rollouts per example (for pass@k)"),
     concurrency: int = typer.Option(8, "-c", "--concurrency", help="Rollouts in flight at once"),
     model: str | None = typer.Option(None, "-m", "--model",
-                                     help="Policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH "
+                                     help="Policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH, vllm-server:NAME "
                                           "(default: the env's embedded default)"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for --base-url"),
