@@ -1,0 +1,604 @@
+"""Per-session databases with safety limits, for SQLite and PostgreSQL.
+
+A `Backend` owns a *template* (the fixture or the user's database) and clones it for every session:
+
+* SQLite: the template is an in-memory database; a session gets its own private in-memory copy (sqlite3 backup
+  API, ~1 ms). There is no file a session could name, ATTACH is refused, and the connection carries an
+  authorizer that allows only reads in read calls, only table-level DDL/DML in write calls, denies PRAGMA, ATTACH,
+  DETACH, virtual tables, triggers, transactions and dangerous functions (load_extension, readfile, writefile, ...),
+  a progress handler that interrupts statements past the time limit, and a page-count cap on the database size.
+* PostgreSQL: the template is a database (`toolgym_tpl_<fixture>_s<seed>`, built once and reused, or a database
+  the user names). A session gets `CREATE DATABASE <s> TEMPLATE <tpl>` plus its own LOGIN role with CONNECT on that
+  database only (no superuser, no createdb/createrole, no pg_read_server_files); a background thread keeps
+  `pool_size` clones ready so that opening a session is a connect rather than a CREATE DATABASE. SQL cannot reference another
+  database in PostgreSQL, so the role and the database together confine the session. Reads run in READ ONLY
+  transactions through a server-side cursor (streams, so a billion-row result stops at the row cap); every call
+  sets a `statement_timeout`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import queue
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool, StaticPool
+
+from mcp_server_sql.sqlcheck import SQLRefused, check_sql
+
+
+@dataclass
+class Limits:
+    timeout_s: float = 5.0
+    max_rows: int = 50  # rows shown per result (the model may ask for fewer, or up to hard_max_rows)
+    hard_max_rows: int = 500
+    max_cell_chars: int = 200
+    max_result_chars: int = 20_000
+    read_only: bool = False
+    max_db_mb: int = 64  # SQLite only: page-count cap of a session database
+
+
+class SQLTimeout(Exception):
+    pass
+
+
+class SQLError(Exception):
+    """An error reported by the database (syntax, constraint, unknown column, ...)."""
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    rows: list[tuple]
+    truncated: bool = False
+    rowcount: int = -1  # for writes
+
+
+def py_value(v: Any) -> Any:
+    """A JSON-friendly value: Decimal -> float, dates -> ISO text, bytes -> hex."""
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() and abs(v) < 2**53 else float(v)
+    if isinstance(v, (dt.date, dt.datetime, dt.time)):
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class SessionDB:
+    """One session's database. All methods are blocking and serialised by `lock`."""
+
+    dialect = "?"
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.lock = threading.Lock()
+        self.engine: sa.Engine  # for schema inspection
+        self.closed = False
+
+    # --- the public operations (each holds the lock) ---------------------------------------------------
+    def query(self, sql: str, max_rows: int | None = None) -> Result:
+        stmt = check_sql(sql, "read")
+        n = self._row_cap(max_rows)
+        with self.lock:
+            return self._query(stmt, n)
+
+    def execute(self, sql: str) -> Result:
+        if self.limits.read_only:
+            raise SQLRefused("the server is in read-only mode: writes are not allowed")
+        stmt = check_sql(sql, "write")
+        with self.lock:
+            return self._execute(stmt)
+
+    def explain(self, sql: str) -> Result:
+        stmt = check_sql(sql, "read")
+        with self.lock:
+            return self._explain(stmt)
+
+    def tables(self) -> list[tuple[str, str, int]]:
+        with self.lock:
+            names = self._table_names()
+            out = []
+            for kind, name in names:
+                r = self._query(f"SELECT COUNT(*) FROM {_quote_ident(name)}", 1, internal=True)
+                out.append((name, kind, int(r.rows[0][0])))
+            return out
+
+    def describe(self, table: str, sample_rows: int = 3) -> dict[str, Any]:
+        with self.lock:
+            names = {n for _, n in self._table_names()}
+            if table not in names:
+                # be forgiving on case, like SQL itself
+                match = [n for n in names if n.lower() == table.lower()]
+                if not match:
+                    raise SQLRefused(f"no table or view named {table!r}; tables: {', '.join(sorted(names))}")
+                table = match[0]
+            info = self._inspect(table)
+            info["sample"] = self._query(f"SELECT * FROM {_quote_ident(table)}", max(0, min(sample_rows, 20)),
+                                         internal=True)
+            return info
+
+    def dump(self, tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Every row of the given (default: all) base tables, JSON-friendly: {table: {columns, rows}}."""
+        with self.lock:
+            names = [n for k, n in self._table_names() if k == "table"]
+            if tables:
+                unknown = set(tables) - set(names)
+                if unknown:
+                    raise SQLRefused(f"unknown tables: {sorted(unknown)}")
+                names = [n for n in names if n in tables]
+            out = {}
+            for name in names:
+                r = self._query(f"SELECT * FROM {_quote_ident(name)}", 10**9, internal=True)
+                out[name] = {"columns": r.columns, "rows": [[py_value(v) for v in row] for row in r.rows]}
+            return out
+
+    def query_all(self, sql: str, max_rows: int = 100_000) -> Result:
+        """A read query for graders: same checks and time limit, a large row cap."""
+        stmt = check_sql(sql, "read")
+        with self.lock:
+            return self._query(stmt, max_rows)
+
+    # --- helpers ----------------------------------------------------------------------------------------
+    def _row_cap(self, max_rows: int | None) -> int:
+        if max_rows is None:
+            return self.limits.max_rows
+        if max_rows < 1:
+            raise SQLRefused("max_rows must be at least 1")
+        if max_rows > self.limits.hard_max_rows:
+            raise SQLRefused(f"max_rows may be at most {self.limits.hard_max_rows}; aggregate or page with LIMIT/OFFSET")
+        return max_rows
+
+    def _inspect(self, table: str) -> dict[str, Any]:
+        insp = sa.inspect(self.engine)
+        cols = insp.get_columns(table)
+        try:
+            pk = insp.get_pk_constraint(table).get("constrained_columns") or []
+            fks = insp.get_foreign_keys(table)
+        except Exception:  # views
+            pk, fks = [], []
+        return {
+            "table": table,
+            "columns": [(c["name"], str(c["type"]), c.get("nullable", True), c.get("default")) for c in cols],
+            "primary_key": pk,
+            "foreign_keys": [(fk["constrained_columns"], fk["referred_table"], fk["referred_columns"]) for fk in fks],
+        }
+
+    # backend hooks
+    def _query(self, stmt: str, max_rows: int, internal: bool = False) -> Result: ...
+    def _execute(self, stmt: str) -> Result: ...
+    def _explain(self, stmt: str) -> Result: ...
+    def _table_names(self) -> list[tuple[str, str]]: ...
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SQLite
+
+A = sqlite3
+_READ_ACTIONS = {A.SQLITE_SELECT, A.SQLITE_READ, A.SQLITE_FUNCTION, A.SQLITE_RECURSIVE}
+_WRITE_ACTIONS = _READ_ACTIONS | {
+    A.SQLITE_INSERT, A.SQLITE_UPDATE, A.SQLITE_DELETE, A.SQLITE_CREATE_TABLE, A.SQLITE_CREATE_INDEX,
+    A.SQLITE_CREATE_VIEW, A.SQLITE_DROP_TABLE, A.SQLITE_DROP_INDEX, A.SQLITE_DROP_VIEW, A.SQLITE_ALTER_TABLE,
+    A.SQLITE_REINDEX, A.SQLITE_ANALYZE,
+}
+_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile", "sqlar_compress",
+                     "sqlar_uncompress", "shell", "system", "eval", "sqlite_dbpage", "sqlite_dbdata"}
+_ACTION_NAMES = {getattr(A, n): n[len("SQLITE_"):].replace("_", " ") for n in (
+    "SQLITE_CREATE_INDEX SQLITE_CREATE_TABLE SQLITE_CREATE_TEMP_INDEX SQLITE_CREATE_TEMP_TABLE SQLITE_CREATE_TEMP_TRIGGER "
+    "SQLITE_CREATE_TEMP_VIEW SQLITE_CREATE_TRIGGER SQLITE_CREATE_VIEW SQLITE_DELETE SQLITE_DROP_INDEX SQLITE_DROP_TABLE "
+    "SQLITE_DROP_TEMP_INDEX SQLITE_DROP_TEMP_TABLE SQLITE_DROP_TEMP_TRIGGER SQLITE_DROP_TEMP_VIEW SQLITE_DROP_TRIGGER "
+    "SQLITE_DROP_VIEW SQLITE_INSERT SQLITE_PRAGMA SQLITE_READ SQLITE_SELECT SQLITE_TRANSACTION SQLITE_UPDATE "
+    "SQLITE_ATTACH SQLITE_DETACH SQLITE_ALTER_TABLE SQLITE_REINDEX SQLITE_ANALYZE SQLITE_CREATE_VTABLE "
+    "SQLITE_DROP_VTABLE SQLITE_FUNCTION SQLITE_SAVEPOINT SQLITE_RECURSIVE").split()}
+_SCHEMA_TABLES = ("sqlite_master", "sqlite_schema", "sqlite_temp_master")
+
+
+class SqliteSession(SessionDB):
+    dialect = "sqlite"
+
+    def __init__(self, template: sqlite3.Connection, template_lock: threading.Lock, limits: Limits):
+        super().__init__(limits)
+        self.mode = "internal"
+        self.denied: str | None = None
+        self.deadline = float("inf")
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        with template_lock:
+            template.backup(conn)
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {max(64, limits.max_db_mb * 1024 * 1024 // page)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA trusted_schema = OFF")
+        conn.set_authorizer(self._authorize)
+        conn.set_progress_handler(self._progress, 2000)
+        self.conn = conn
+        self.engine = sa.create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
+
+    def _authorize(self, action, arg1, arg2, dbname, source):
+        if self.mode == "internal":
+            return A.SQLITE_OK
+        why = None
+        if action == A.SQLITE_FUNCTION and arg2 and arg2.lower() in _DENIED_FUNCTIONS:
+            why = f"function {arg2}() is not allowed (no file or extension access)"
+        elif action == A.SQLITE_ATTACH:
+            why = "ATTACH is not allowed: a session can only use its own database"
+        elif action == A.SQLITE_PRAGMA:
+            why = "PRAGMA is not allowed"
+        elif dbname not in (None, "main") and action not in (A.SQLITE_FUNCTION, A.SQLITE_RECURSIVE, A.SQLITE_SELECT):
+            why = f"access to database {dbname!r} is not allowed"
+        elif action in (A.SQLITE_READ, A.SQLITE_UPDATE) and arg1 and arg1.lower() in _SCHEMA_TABLES:
+            return A.SQLITE_OK  # schema (re)loading; direct writes to the schema are refused by SQLite itself
+        elif action not in (_READ_ACTIONS if self.mode == "read" else _WRITE_ACTIONS):
+            name = _ACTION_NAMES.get(action, str(action))
+            why = (f"{name} is not allowed in a read query (use execute)" if self.mode == "read" and action in _WRITE_ACTIONS
+                   else f"{name} is not allowed")
+        if why:
+            self.denied = why
+            return A.SQLITE_DENY
+        return A.SQLITE_OK
+
+    def _progress(self) -> int:
+        return 1 if time.monotonic() > self.deadline else 0
+
+    def _run(self, mode: str, fn):
+        self.mode, self.denied = mode, None
+        self.deadline = time.monotonic() + self.limits.timeout_s if mode != "internal" else time.monotonic() + 60
+        try:
+            return fn()
+        except (sqlite3.Error, sqlite3.Warning) as e:
+            if self.denied:
+                raise SQLRefused(self.denied) from None
+            if "interrupted" in str(e):
+                raise SQLTimeout(f"statement timed out after {self.limits.timeout_s:g} s and was cancelled") from None
+            if "full" in str(e):
+                raise SQLRefused(f"database size limit reached ({self.limits.max_db_mb} MB)") from None
+            raise SQLError(str(e)) from None
+        finally:
+            self.mode, self.deadline = "internal", float("inf")
+
+    def _query(self, stmt, max_rows, internal=False):
+        def go():
+            cur = self.conn.execute(stmt)
+            try:
+                cols = [d[0] for d in cur.description or []]
+                rows = cur.fetchmany(max_rows + 1)
+            finally:
+                cur.close()
+            return Result(cols, rows[:max_rows], truncated=len(rows) > max_rows)
+        return self._run("internal" if internal else "read", go)
+
+    def _execute(self, stmt):
+        def go():
+            cur = self.conn.execute(stmt)
+            try:
+                cols = [d[0] for d in cur.description or []]
+                rows = cur.fetchmany(self.limits.max_rows + 1) if cols else []
+                rest = cur.fetchall() if cols else []  # finish RETURNING statements
+                n = cur.rowcount
+            finally:
+                cur.close()
+            return Result(cols, rows[: self.limits.max_rows], truncated=len(rows) > self.limits.max_rows or bool(rest),
+                          rowcount=n)
+        return self._run("write", go)
+
+    def _explain(self, stmt):
+        def go():
+            cur = self.conn.execute("EXPLAIN QUERY PLAN " + stmt)
+            rows = cur.fetchall()
+            return Result(["plan"], [(r[-1],) for r in rows])
+        return self._run("read", go)
+
+    def _table_names(self):
+        rows = self._run("internal", lambda: self.conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall())
+        return [(t, n) for t, n in rows]
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.engine.dispose()
+            self.conn.close()
+
+
+class SqliteBackend:
+    """Template: the fixture or a copy of a SQLite file/URL, held in memory; each session clones it."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str | None, fixture: str | None, seed: int, limits: Limits):
+        self.limits = limits
+        self.template = sqlite3.connect(":memory:", check_same_thread=False)
+        self.lock = threading.Lock()
+        if url:
+            path = sa.engine.make_url(url).database
+            if not path or path == ":memory:":
+                raise ValueError(f"SQLite URL {url!r} names no file")
+            src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            src.backup(self.template)
+            src.close()
+        else:
+            from mcp_server_sql.fixtures import load_fixture
+
+            eng = sa.create_engine("sqlite://", creator=lambda: self.template, poolclass=StaticPool)
+            load_fixture(fixture or "business", eng, seed=seed)  # no dispose(): it would close the template
+        self.template.commit()
+
+    def new_session(self) -> SqliteSession:
+        return SqliteSession(self.template, self.lock, self.limits)
+
+    def close(self):
+        self.template.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# PostgreSQL
+
+class PostgresSession(SessionDB):
+    dialect = "postgresql"
+
+    def __init__(self, backend: PostgresBackend, name: str, password: str, limits: Limits):
+        super().__init__(limits)
+        self.backend, self.name = backend, name
+        url = backend.admin_url.set(username=name, password=password, database=name)
+        self.engine = sa.create_engine(url, poolclass=NullPool)
+        self._raw = self.engine.raw_connection()  # keep the pool proxy alive: collecting it closes the connection
+        self.conn = self._raw.driver_connection  # psycopg.Connection, not autocommit
+        self.conn.autocommit = False
+
+    def _begin(self, read_only: bool):
+        cur = self.conn.cursor()  # one round trip: both settings in one simple-protocol message
+        ro = "SET TRANSACTION READ ONLY; " if read_only else ""
+        cur.execute(f"{ro}SET LOCAL statement_timeout = {int(self.limits.timeout_s * 1000)}")
+        cur.close()
+
+    def _wrap(self, fn):
+        import psycopg
+
+        try:
+            out = fn()
+            self.conn.commit()
+            return out
+        except psycopg.errors.QueryCanceled:
+            self.conn.rollback()
+            raise SQLTimeout(f"statement timed out after {self.limits.timeout_s:g} s and was cancelled") from None
+        except psycopg.errors.InsufficientPrivilege as e:
+            self.conn.rollback()
+            raise SQLRefused(f"permission denied: {str(e).splitlines()[0]}") from None
+        except psycopg.errors.ReadOnlySqlTransaction:
+            self.conn.rollback()
+            raise SQLRefused("writes are not allowed in a read query (use execute)") from None
+        except psycopg.Error as e:
+            self.conn.rollback()
+            raise SQLError(str(e).strip().splitlines()[0]) from None
+
+    def _query(self, stmt, max_rows, internal=False):
+        def go():
+            self._begin(read_only=True)
+            cur = self.conn.cursor(name=f"c_{secrets.token_hex(4)}")
+            try:
+                cur.execute(stmt)
+                rows = cur.fetchmany(max_rows + 1)
+                cols = [d.name for d in cur.description or []]
+            finally:
+                cur.close()
+            return Result(cols, [tuple(r) for r in rows[:max_rows]], truncated=len(rows) > max_rows)
+        return self._wrap(go)
+
+    def _execute(self, stmt):
+        def go():
+            self._begin(read_only=False)
+            cur = self.conn.cursor()
+            cur.execute(stmt)
+            cols = [d.name for d in cur.description or []]
+            rows = cur.fetchmany(self.limits.max_rows + 1) if cols else []
+            n = cur.rowcount
+            cur.close()
+            return Result(cols, [tuple(r) for r in rows[: self.limits.max_rows]],
+                          truncated=len(rows) > self.limits.max_rows, rowcount=n)
+        return self._wrap(go)
+
+    def _explain(self, stmt):
+        def go():
+            self._begin(read_only=True)
+            cur = self.conn.cursor()
+            cur.execute("EXPLAIN " + stmt)
+            rows = cur.fetchall()
+            cur.close()
+            return Result(["plan"], [tuple(r) for r in rows])
+        return self._wrap(go)
+
+    def _table_names(self):
+        def go():
+            self._begin(read_only=True)
+            cur = self.conn.cursor()
+            cur.execute("SELECT CASE table_type WHEN 'VIEW' THEN 'view' ELSE 'table' END, table_name "
+                        "FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name")
+            rows = cur.fetchall()
+            cur.close()
+            return [(t, n) for t, n in rows]
+        return self._wrap(go)
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._raw.close()
+        finally:
+            self.engine.dispose()
+            self.backend.drop_session(self.name)
+
+
+_SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class PostgresBackend:
+    """Admin URL (a role that may CREATE DATABASE and CREATE ROLE); the template is a fixture database built once
+    (and reused by later server processes) or an existing database named by `template_db`."""
+
+    dialect = "postgresql"
+    GROUP = "toolgym_sql_sessions"
+
+    def __init__(self, url: str, fixture: str | None, seed: int, limits: Limits, template_db: str | None = None,
+                 pool_size: int = 2):
+        self.limits = limits
+        self.pool_size = max(0, pool_size)
+        self._ready: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._want, self._closing = threading.Event(), threading.Event()
+        self._filler: threading.Thread | None = None
+        u = sa.engine.make_url(url)
+        if u.drivername in ("postgresql", "postgres"):
+            u = u.set(drivername="postgresql+psycopg")
+        self.admin_url = u
+        self.admin = sa.create_engine(u, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        self.sessions: set[str] = set()
+        self._lock = threading.Lock()
+        # WAL_LOG (PostgreSQL 15's default) copies a small template block by block through the WAL; FILE_COPY
+        # copies files but forces a checkpoint per clone. Override with MCP_SERVER_SQL_PG_CLONE=FILE_COPY.
+        self.clone_strategy = os.environ.get("MCP_SERVER_SQL_PG_CLONE", "WAL_LOG").upper()
+        if self.clone_strategy not in ("WAL_LOG", "FILE_COPY"):
+            raise ValueError("MCP_SERVER_SQL_PG_CLONE must be WAL_LOG or FILE_COPY")
+        with self.admin.connect() as c:
+            exists = c.exec_driver_sql("SELECT 1 FROM pg_roles WHERE rolname = %s", (self.GROUP,)).first()
+            if not exists:
+                try:
+                    c.exec_driver_sql(f"CREATE ROLE {self.GROUP} NOLOGIN")
+                except sa.exc.DBAPIError:
+                    pass  # created concurrently
+        if template_db:
+            if not _SAFE_NAME.match(template_db):
+                raise ValueError(f"template database name {template_db!r} must match {_SAFE_NAME.pattern}")
+            self.template = template_db
+            self._grant_on_template()
+        else:
+            self.template = f"toolgym_tpl_{fixture or 'business'}_s{seed}"
+            self._ensure_fixture_template(fixture or "business", seed)
+        if self.pool_size:
+            self._filler = threading.Thread(target=self._fill_pool, name="pg-clone-pool", daemon=True)
+            self._filler.start()
+
+    def _db_exists(self, c, name) -> bool:
+        return c.exec_driver_sql("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).first() is not None
+
+    def _ensure_fixture_template(self, fixture: str, seed: int):
+        from mcp_server_sql.fixtures import load_fixture
+
+        with self.admin.connect() as c:
+            if self._db_exists(c, self.template):
+                return
+            tmp = f"{self.template}_build_{secrets.token_hex(4)}"
+            c.exec_driver_sql(f"CREATE DATABASE {tmp}")
+        eng = sa.create_engine(self.admin_url.set(database=tmp), poolclass=NullPool)
+        load_fixture(fixture, eng, seed=seed)
+        eng.dispose()
+        self._grant_on_template(tmp)
+        with self.admin.connect() as c:
+            try:
+                c.exec_driver_sql(f"ALTER DATABASE {tmp} RENAME TO {self.template}")
+            except sa.exc.DBAPIError:  # another process won the race
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {tmp}")
+
+    def _grant_on_template(self, db: str | None = None):
+        db = db or self.template
+        eng = sa.create_engine(self.admin_url.set(database=db), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        with eng.connect() as c:
+            for sql in (f"GRANT USAGE, CREATE ON SCHEMA public TO {self.GROUP}",
+                        f"GRANT SELECT, INSERT, UPDATE, DELETE, REFERENCES ON ALL TABLES IN SCHEMA public TO {self.GROUP}",
+                        f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {self.GROUP}"):
+                c.exec_driver_sql(sql)
+        eng.dispose()
+        with self.admin.connect() as c:
+            c.exec_driver_sql(f"REVOKE ALL ON DATABASE {db} FROM PUBLIC")
+
+    def _clone(self) -> tuple[str, str]:
+        """Create a session role and its database (a clone of the template); return (name, password)."""
+        name = f"tg_s_{secrets.token_hex(6)}"
+        password = secrets.token_urlsafe(18)
+        with self._lock:
+            self.sessions.add(name)  # registered first so that close() drops it whatever happens
+        with self.admin.connect() as c:
+            c.exec_driver_sql(
+                f"CREATE ROLE {name} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                f"CONNECTION LIMIT 4 IN ROLE {self.GROUP}")
+            for attempt in range(20):
+                try:
+                    c.exec_driver_sql(f"CREATE DATABASE {name} TEMPLATE {self.template} STRATEGY {self.clone_strategy}")
+                    break
+                except sa.exc.OperationalError as e:  # template busy (concurrent clone)
+                    if "being accessed" not in str(e) or attempt == 19:
+                        c.exec_driver_sql(f"DROP ROLE IF EXISTS {name}")
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+            c.exec_driver_sql(f"REVOKE ALL ON DATABASE {name} FROM PUBLIC")
+            c.exec_driver_sql(f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {name}")
+            c.exec_driver_sql(f"ALTER ROLE {name} SET statement_timeout = {int(self.limits.timeout_s * 1000)}")
+        return name, password
+
+    def _fill_pool(self) -> None:
+        """Background thread: keep `pool_size` clones ready so that opening a session is a connect, not a clone."""
+        while not self._closing.is_set():
+            if self._ready.qsize() >= self.pool_size:
+                self._want.wait(0.5)
+                self._want.clear()
+                continue
+            try:
+                self._ready.put(self._clone())
+            except Exception:  # server gone or out of resources: retry slowly, new_session clones inline
+                self._closing.wait(1.0)
+
+    def new_session(self) -> PostgresSession:
+        item = None
+        if self.pool_size:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                item = None
+            self._want.set()
+        name, password = item or self._clone()
+        return PostgresSession(self, name, password, self.limits)
+
+    def drop_session(self, name: str):
+        with self._lock:
+            self.sessions.discard(name)
+        try:
+            with self.admin.connect() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                c.exec_driver_sql(f"DROP ROLE IF EXISTS {name}")
+        except Exception:
+            pass
+
+    def close(self):
+        self._closing.set()
+        self._want.set()
+        if self._filler is not None:
+            self._filler.join(timeout=30)
+        for name in list(self.sessions):
+            self.drop_session(name)
+        self.admin.dispose()
+
+
+def make_backend(db: str | None = None, fixture: str | None = None, seed: int = 0, limits: Limits | None = None,
+                 template_db: str | None = None, pg_pool: int = 2):
+    limits = limits or Limits()
+    if db and db.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres"):
+        return PostgresBackend(db, fixture, seed, limits, template_db=template_db, pool_size=pg_pool)
+    if db and not db.startswith("sqlite"):
+        # a bare path to a SQLite file
+        db = "sqlite:///" + db
+    return SqliteBackend(db, fixture, seed, limits)

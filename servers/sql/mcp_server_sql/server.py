@@ -1,0 +1,319 @@
+"""The SQL MCP server: tools over a per-session database.
+
+Every session gets its own clone of the template database, made on first use and dropped when the session ends:
+* an explicit handle from the `open_session` tool, passed as the `session` argument of every tool. This works on
+  every transport and protocol version; toolgym's env uses it (the 2026 MCP protocol, which `mcp.Client`
+  negotiates by default, is sessionless: each request arrives on a fresh connection object);
+* without a handle, the transport's own session: the connection object on the handshake-era protocol, the
+  streamable-HTTP session id, or the process under stdio (one client per process). Where there is none
+  (2026 protocol in memory or over HTTP) a call without a handle is refused with a message naming open_session.
+At most `max_sessions` live at once (least recently used dropped first).
+
+Tool errors are MCP error results whose text starts with `Refused:` (policy: statement kind, ATTACH, PRAGMA, file
+functions, read-only mode, caps), `Timeout:` or `SQL error:` (the database's own message).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import secrets
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Annotated, Any
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_server_sql.db import Limits, Result, SessionDB, SQLError, SQLTimeout, make_backend, py_value
+from mcp_server_sql.sqlcheck import SQLRefused
+
+INSTRUCTIONS = (
+    "A SQL database private to this session. Inspect it with list_tables and describe_table, read with run_query "
+    "(one SELECT per call), change it with execute (one INSERT/UPDATE/DELETE/DDL statement per call; it commits). "
+    "Results are text tables capped at a number of rows."
+)
+
+
+SESSION_DOC = "session handle from open_session (leave empty on stdio and session-ful transports)"
+
+
+class ToolFailure(ToolError):
+    """Raised from a tool: becomes an MCP error result with this text."""
+
+
+def _cell(v: Any, width: int) -> str:
+    if v is None:
+        s = "NULL"
+    else:
+        v = py_value(v)
+        s = repr(v) if isinstance(v, float) and v != v else str(v)
+    s = s.replace("\n", "\\n").replace("|", "\\|")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def format_table(res: Result, limits: Limits, what: str = "row") -> str:
+    """A compact text table: header, separator, rows, then a count line and a truncation note."""
+    cols = [str(c) for c in res.columns]
+    body = [[_cell(v, limits.max_cell_chars) for v in row] for row in res.rows]
+    widths = [max([len(c)] + [len(r[i]) for r in body]) for i, c in enumerate(cols)]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip(),
+             "-|-".join("-" * w for w in widths)]
+    size = sum(len(x) + 1 for x in lines)
+    shown = 0
+    cut_by_size = False
+    for r in body:
+        line = " | ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
+        if size + len(line) + 1 > limits.max_result_chars:
+            cut_by_size = True
+            break
+        lines.append(line)
+        size += len(line) + 1
+        shown += 1
+    n = len(body)
+    if cut_by_size:
+        lines.append(f"({shown} {what}s shown; result truncated at {limits.max_result_chars} characters — "
+                     "select fewer columns or rows)")
+    elif res.truncated:
+        lines.append(f"({shown} {what}s shown; result truncated at the row cap, more rows exist — "
+                     "add a LIMIT, filter or aggregate)")
+    else:
+        lines.append(f"({n} {what}{'s' if n != 1 else ''})")
+    return "\n".join(lines)
+
+
+class SessionRegistry:
+    """Session databases by key: an `open_session` handle (random, unguessable) or a transport owner (a
+    connection object, an HTTP session id, the stdio process). Created lazily; dropped by `close_session`, when a
+    connection object is garbage-collected, or by LRU eviction beyond `max_sessions`."""
+
+    def __init__(self, backend, max_sessions: int = 256):
+        self.backend = backend
+        self.max_sessions = max_sessions
+        self._dbs: OrderedDict[Any, SessionDB] = OrderedDict()
+        self._lock = threading.Lock()
+        self.created = 0
+
+    def _add(self, key: Any, db: SessionDB) -> None:
+        evicted = []
+        with self._lock:
+            self._dbs[key] = db
+            while len(self._dbs) > self.max_sessions:
+                evicted.append(self._dbs.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+
+    def open(self) -> str:
+        handle = "s-" + secrets.token_urlsafe(16)
+        db = self.backend.new_session()
+        self.created += 1
+        self._add(("handle", handle), db)
+        return handle
+
+    def by_handle(self, handle: str) -> SessionDB:
+        with self._lock:
+            db = self._dbs.get(("handle", handle))
+            if db is None:
+                raise SQLRefused("unknown or closed session handle (open one with open_session)")
+            self._dbs.move_to_end(("handle", handle))
+            return db
+
+    def close_handle(self, handle: str) -> bool:
+        with self._lock:
+            db = self._dbs.pop(("handle", handle), None)
+        if db is not None:
+            db.close()
+        return db is not None
+
+    def by_owner(self, owner: object) -> SessionDB:
+        key = ("owner", owner) if isinstance(owner, (str, tuple)) else ("owner", id(owner))
+        with self._lock:
+            db = self._dbs.get(key)
+            if db is not None:
+                self._dbs.move_to_end(key)
+                return db
+        db = self.backend.new_session()
+        self.created += 1
+        if key[1] == id(owner):
+            try:
+                weakref.finalize(owner, self.drop, key)
+            except TypeError:  # not weak-referenceable: rely on the LRU cap
+                pass
+        self._add(key, db)
+        return db
+
+    def drop(self, key: Any) -> None:
+        with self._lock:
+            db = self._dbs.pop(key, None)
+        if db is not None:
+            threading.Thread(target=db.close, daemon=True).start()
+
+    def __len__(self) -> int:
+        return len(self._dbs)
+
+    def close(self) -> None:
+        with self._lock:
+            dbs = list(self._dbs.values())
+            self._dbs.clear()
+        for db in dbs:
+            try:
+                db.close()
+            except Exception:
+                pass
+        self.backend.close()
+
+
+def transport_owner(ctx: Context, stdio: bool) -> object | None:
+    """The object or key that lives exactly as long as the caller's MCP session, or None when the transport has
+    no session.
+
+    mcp 2.x: `ctx.session` is a per-request `ServerSession` wrapping a `Connection`. On the handshake-era protocol
+    (<= 2025-11-25) that connection lives as long as the client's session; with a streamable-HTTP session id we key
+    on the id. The 2026 protocol (what `mcp.Client` negotiates by default) is sessionless: every request gets a
+    fresh connection, so over stdio the process is the session (one client per process) and otherwise there is no
+    session identity at all; callers then use `open_session` and pass its handle."""
+    session = ctx.session
+    conn = getattr(session, "_connection", None)
+    if conn is None:
+        return session  # an SDK whose session object is connection-scoped
+    if getattr(conn, "session_id", None):
+        return ("http-session", conn.session_id)
+    if str(getattr(conn, "protocol_version", "")) < "2026":
+        return conn
+    if stdio:
+        return "stdio-process"
+    return None
+
+
+def build_server(
+    db: str | None = None,
+    fixture: str | None = "business",
+    seed: int = 0,
+    read_only: bool = False,
+    timeout_s: float = 5.0,
+    max_rows: int = 50,
+    hard_max_rows: int = 500,
+    max_result_chars: int = 20_000,
+    max_cell_chars: int = 200,
+    max_sessions: int = 256,
+    max_db_mb: int = 64,
+    template_db: str | None = None,
+    pg_pool: int = 2,
+    grading_tools: bool = True,
+    name: str = "sql",
+) -> MCPServer:
+    """Build the server. `db`: a database URL (sqlite:///file.db, postgresql+psycopg://admin@host/db) or a
+    SQLite file path; without it the bundled `fixture` is generated into an in-memory SQLite template.
+    With a PostgreSQL URL the fixture (or `template_db`) becomes the template database cloned per session."""
+    limits = Limits(timeout_s=timeout_s, max_rows=max_rows, hard_max_rows=hard_max_rows, read_only=read_only,
+                    max_result_chars=max_result_chars, max_cell_chars=max_cell_chars, max_db_mb=max_db_mb)
+    backend = make_backend(db, fixture=None if db and not db.startswith("postgres") else fixture, seed=seed,
+                           limits=limits, template_db=template_db, pg_pool=pg_pool)
+    registry = SessionRegistry(backend, max_sessions=max_sessions)
+    atexit.register(registry.close)
+    srv = MCPServer(name, instructions=INSTRUCTIONS)
+    srv.registry = registry  # type: ignore[attr-defined]  # for tests and benchmarks
+    srv.limits = limits  # type: ignore[attr-defined]
+    srv.stdio = False  # type: ignore[attr-defined]  # set by the CLI: one stdio process serves one client
+
+    async def run(ctx: Context, fn, *args, **kwargs):
+        handle = kwargs.get("session")
+        owner = None if handle else transport_owner(ctx, srv.stdio)  # type: ignore[attr-defined]
+
+        def work():
+            if handle:
+                db_ = registry.by_handle(handle)
+            elif owner is None:
+                raise SQLRefused("this transport has no MCP session (2026 protocol without stdio): call "
+                                 "open_session and pass its handle as `session`")
+            else:
+                db_ = registry.by_owner(owner)
+            return fn(db_, *args)
+        try:
+            return await anyio.to_thread.run_sync(work)
+        except SQLRefused as e:
+            raise ToolFailure(f"Refused: {e}") from None
+        except SQLTimeout as e:
+            raise ToolFailure(f"Timeout: {e}") from None
+        except SQLError as e:
+            raise ToolFailure(f"SQL error: {e}") from None
+
+    @srv.tool()
+    async def open_session() -> str:
+        """Open a new private database session (a fresh copy of the database) and return its handle as JSON
+        {"session": handle}. Pass the handle as `session` to the other tools; needed only on transports without
+        MCP sessions."""
+        return json.dumps({"session": await anyio.to_thread.run_sync(registry.open)})
+
+    @srv.tool()
+    async def close_session(session: str) -> str:
+        """Close a session opened with open_session and drop its database."""
+        closed = await anyio.to_thread.run_sync(registry.close_handle, session)
+        return "closed" if closed else "no such session"
+
+    @srv.tool()
+    async def list_tables(ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        """List the tables and views of the database with their row counts."""
+        rows = await run(ctx, lambda d: d.tables(), session=session)
+        return format_table(Result(["table", "kind", "rows"], rows), limits, what="table")
+
+    @srv.tool()
+    async def describe_table(table: str, ctx: Context, sample_rows: int = 3, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        """Describe a table: its columns (name, type, nullable, default), primary key, foreign keys and a few sample rows."""
+        info = await run(ctx, lambda d: d.describe(table, sample_rows), session=session)
+        pk = set(info["primary_key"])
+        fk = {c: f"{t}.{rc}" for cs, t, rcs in info["foreign_keys"] for c, rc in zip(cs, rcs)}
+        cols = Result(["column", "type", "nullable", "key"],
+                      [(n, ty, "yes" if nl else "no",
+                        ", ".join(k for k in ["PK" if n in pk else "", f"FK -> {fk[n]}" if n in fk else ""] if k))
+                       for n, ty, nl, _ in info["columns"]])
+        out = [f"table {info['table']}", format_table(cols, limits, what="column")]
+        if info["primary_key"]:
+            out.append(f"primary key: ({', '.join(info['primary_key'])})")
+        if info["sample"].columns:
+            out.append("sample rows:")
+            out.append(format_table(info["sample"], limits))
+        return "\n".join(out)
+
+    @srv.tool()
+    async def run_query(sql: str, ctx: Context, max_rows: int | None = None, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        """Run one read-only SQL query (SELECT / WITH / VALUES) and return the result as a text table.
+
+        At most `max_rows` rows are shown (default: the server's row cap); a note says when the result was cut.
+        """
+        res = await run(ctx, lambda d: d.query(sql, max_rows), session=session)
+        return format_table(res, limits)
+
+    @srv.tool()
+    async def execute(sql: str, ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        """Execute one statement that changes the database (INSERT, UPDATE, DELETE, CREATE/DROP TABLE|INDEX|VIEW,
+        ALTER TABLE) and commit it. Returns the number of affected rows (and rows of a RETURNING clause)."""
+        res = await run(ctx, lambda d: d.execute(sql), session=session)
+        msg = f"OK, {res.rowcount} row{'s' if res.rowcount != 1 else ''} affected" if res.rowcount >= 0 else "OK"
+        if res.columns:
+            msg += "\n" + format_table(res, limits)
+        return msg
+
+    @srv.tool()
+    async def explain_query(sql: str, ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        """Show the database's query plan for one read query, without running it."""
+        res = await run(ctx, lambda d: d.explain(sql), session=session)
+        return "\n".join(str(r[0]) for r in res.rows)
+
+    if grading_tools:
+        @srv.tool()
+        async def dump_tables(ctx: Context, tables: list[str] | None = None, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+            """(For graders) Every row of the given base tables (default: all) as JSON {table: {columns, rows}}."""
+            return json.dumps(await run(ctx, lambda d: d.dump(tables), session=session))
+
+        @srv.tool()
+        async def query_json(sql: str, ctx: Context, max_rows: int = 100_000, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+            """(For graders) Run one read query; JSON {columns, rows, truncated} with values made JSON-friendly."""
+            res = await run(ctx, lambda d: d.query_all(sql, max_rows), session=session)
+            return json.dumps({"columns": res.columns, "rows": [[py_value(v) for v in r] for r in res.rows],
+                               "truncated": res.truncated})
+
+    return srv
