@@ -39,7 +39,16 @@ def _validator(schema: dict[str, Any]) -> Any:
 
 
 def validate_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
-    """Return None when `args` satisfies `schema`, else a short, model-readable reason."""
+    """Return None when `args` satisfies `schema`, else a short, model-readable reason.
+
+    An argument the schema does not name is rejected (BFCL: no unexpected arguments) unless the schema says
+    `additionalProperties` itself: MCP servers derive schemas from typed functions without it and silently drop
+    unknown keys, which would hide a hallucinated parameter from the model."""
+    props = schema.get("properties")
+    if isinstance(props, dict) and "additionalProperties" not in schema:
+        unknown = sorted(k for k in args if k not in props)
+        if unknown:
+            return f"unexpected argument(s) {unknown}; the tool takes: {', '.join(sorted(props)) or 'none'}"
     validator = _validator(schema)
     errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
     if not errors:

@@ -20,7 +20,8 @@
     type = "call_match"                       # the calls equal task.expected_calls (BFCL AST rules)
     weight = 0.0
 
-Reward types: `answer`, `call_match`, `called` (the model called `tool`, optionally with `args`),
+Reward types: `answer`, `call_match`, `called` (the model called `tool` successfully, optionally with `args`: those
+arguments must match, BFCL rules, others are free),
 `tool_result` (after the rollout, call `tool` with `args` — `{field}` placeholders filled from the task — and compare
 its output with `task[field]`: verifies server state, not the transcript), `python` (`function = "module:attr"`, a
 reward function taking what it names). JSON config files with the same keys work too.
@@ -163,7 +164,10 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
 
         def fn(task, calls):  # type: ignore[no-untyped-def]
             want = {"name": rc.tool, "arguments": _fill(rc.args, task)} if rc.args else None
-            return float(any(c.exec_ok and c.name == rc.tool and (want is None or call_matches(c.name, c.arguments, want))
+            def named(c):  # type: ignore[no-untyped-def]  # only the arguments the reward names are compared
+                return {k: v for k, v in (c.arguments or {}).items() if k in rc.args}
+
+            return float(any(c.exec_ok and c.name == rc.tool and (want is None or call_matches(c.name, named(c), want))
                              for c in calls))
     elif rc.type == "tool_result":
         if not rc.tool:

@@ -13,16 +13,19 @@ transport (`stdio_client(...)`) or a server object; results read through `conten
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +51,8 @@ class ToolInfo:
     input_schema: dict[str, Any]
 
     def to_openai(self, hidden_args: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-        """OpenAI `tools` entry, with `hidden_args` removed from the schema the model sees."""
+        """OpenAI `tools` entry, with `hidden_args` removed from the schema the model sees and from the description
+        (docstring lines such as `game_id: The game.` in an `Args:` section)."""
         schema = json.loads(json.dumps(self.input_schema or {"type": "object", "properties": {}}))
         schema.setdefault("type", "object")
         props = schema.setdefault("properties", {})
@@ -59,7 +63,11 @@ class ToolInfo:
             if not schema["required"]:
                 del schema["required"]
         schema.pop("title", None)
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": schema}}
+        description = self.description
+        if hidden_args:
+            doc_line = re.compile(rf"\s*(?:{'|'.join(map(re.escape, hidden_args))})\s*(?:\([^)]*\))?\s*:")
+            description = "\n".join(line for line in description.splitlines() if not doc_line.match(line))
+        return {"type": "function", "function": {"name": self.name, "description": description, "parameters": schema}}
 
 
 @dataclass
@@ -88,6 +96,13 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _drain(stream: Any, tail: collections.deque[bytes]) -> None:
+    """Read a child's stderr until it closes, keeping the last lines (for error messages)."""
+    with contextlib.suppress(Exception), stream:
+        for line in iter(stream.readline, b""):
+            tail.append(line)
+
+
 def resolve_command(cmd: str) -> str:
     """A command on PATH, else the one installed beside this Python (a venv used without activating it)."""
     if os.sep in cmd or shutil.which(cmd):
@@ -109,6 +124,7 @@ class ManagedProcess:
     def __init__(self, command: list[str], url: str, env: dict[str, str] | None = None, start_timeout: float = 30.0):
         self.command, self.url, self.env, self.start_timeout = command, url, env, start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: collections.deque[bytes] = collections.deque(maxlen=200)  # the tail of the server's stderr
         self._lock = asyncio.Lock()
 
     @property
@@ -121,6 +137,7 @@ class ManagedProcess:
                 return
             self.terminate()
             env = {**os.environ, **(self.env or {})}
+            self._log.clear()
             self.proc = subprocess.Popen(  # noqa: S603 - the user's own server command
                 [resolve_command(self.command[0]), *self.command[1:]],
                 stdin=subprocess.DEVNULL,
@@ -129,11 +146,14 @@ class ManagedProcess:
                 env=env,
                 preexec_fn=_set_pdeathsig if sys.platform == "linux" else None,  # noqa: PLW1509
             )
+            # drain stderr for the server's whole life (a full pipe blocks its logging, and so the server itself)
+            threading.Thread(target=_drain, args=(self.proc.stderr, self._log), daemon=True).start()
             deadline = time.monotonic() + self.start_timeout
             async with httpx.AsyncClient() as client:
                 while time.monotonic() < deadline:
                     if self.proc.poll() is not None:
-                        err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
+                        await asyncio.sleep(0.1)  # let the drain thread read the last words
+                        err = self._log_tail()
                         raise ToolCallError(f"server command {self.command} exited with {self.proc.returncode}: {err}")
                     with contextlib.suppress(httpx.HTTPError):
                         await client.get(self.url, timeout=1.0)
@@ -141,6 +161,9 @@ class ManagedProcess:
                     await asyncio.sleep(0.1)
             self.terminate()
             raise ToolCallError(f"server {self.command} did not answer at {self.url} within {self.start_timeout}s")
+
+    def _log_tail(self, limit: int = 2000) -> str:
+        return b"".join(self._log).decode(errors="replace")[-limit:]
 
     def terminate(self) -> None:
         if self.proc is None:
@@ -152,8 +175,6 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
         self.proc = None
 
 

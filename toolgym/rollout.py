@@ -5,7 +5,8 @@ arguments valid against the schema? → inject hidden args → call over MCP →
 stop checks → rubric → `cleanup` → release the session. Failures of the model (bad JSON, unknown tool, bad arguments,
 server-side errors) are recorded on the call and shown to the model as a tool error; failures of the infrastructure
 (dead or hung server, failing hidden call, raising reward function) end that rollout with `trajectory.error` set,
-and the engine goes on with the next one.
+and the engine goes on with the next one. A session found dead during `setup_state` (a shared server that died while
+idle) is replaced once before the rollout counts as failed.
 """
 
 from __future__ import annotations
@@ -115,9 +116,20 @@ async def run_rollout(
     token = None
     try:
         t0 = time.perf_counter()
-        session = await provider.acquire() if provider is not None else None
-        token = bind_rollout(session, state)
-        await env.setup_state(state, task)
+        for attempt in range(2):
+            session = await provider.acquire() if provider is not None else None
+            token = bind_rollout(session, state)
+            try:
+                await env.setup_state(state, task)
+                break
+            except ToolCallError:
+                # a shared session whose server died while idle is only found dead on use: retry once on a fresh one
+                if attempt or session is None or provider is None or not session.broken:
+                    raise
+                unbind_rollout(token)
+                token = None
+                await provider.release(session)
+                session = None
         messages = env.initial_messages(task, state)
         timings["setup_s"] = time.perf_counter() - t0
         psession = policy.open(env.model_tools(), task)

@@ -1,0 +1,168 @@
+"""`toolgym eval` end to end: a scripted player served through a local OpenAI-compatible endpoint (the real HTTP
+policy path), retries with backoff, failover between base URLs, `--resume`, and the results folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from openai_stub import StubEndpoint, free_port
+from typer.testing import CliRunner
+
+from toolgym.cli import app
+
+runner = CliRunner()
+
+
+def _eval(*args: str) -> tuple[int, str]:
+    res = runner.invoke(app, ["eval", "tictactoe", *args], catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+def _records(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def test_eval_openai_endpoint_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with StubEndpoint() as stub:
+        code, text = _eval("-n", "3", "-r", "2", "-c", "3", "-m", "openai:stub-minimax", "--base-url", stub.url,
+                           "-o", str(out), "-t", "0.7")
+    assert code == 0, text
+    assert "win/draw/loss: 0.0 / 100.0 / 0.0 %" in text
+    recs = _records(out / "results.jsonl")
+    assert sorted((r["example_id"], r["rollout_index"]) for r in recs) == [(i, r) for i in range(3) for r in range(2)]
+    assert all(r["error"] is None and r["metrics"]["draw"] == 1.0 for r in recs)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rollouts"] == 6 and summary["errors"] == 0
+    assert summary["tool_accuracy"]["make_move"]["exec_ok"] == 1.0
+    assert summary["policy_stats"]["requests"] == stub.served and summary["policy_stats"]["retries"] == 0
+    assert (out / "rewards.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "run.json").read_text())["model"] == "openai:stub-minimax"
+    # what went over the wire: the model-visible tools (no hidden tool, no game_id), sampling args, tool results
+    body = stub.bodies[-1]
+    assert body["model"] == "stub-minimax" and body["temperature"] == 0.7
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in body["tools"]}
+    assert set(tools) == {"make_move", "get_board"} and "game_id" not in tools["make_move"]["properties"]
+    assert any(m["role"] == "tool" and "You played" in m["content"] for m in body["messages"])
+
+
+def test_retries_with_backoff(tmp_path: Path) -> None:
+    with StubEndpoint(fail_first=2) as stub:
+        code, text = _eval("-n", "1", "-m", "openai:stub", "--base-url", stub.url, "-o", str(tmp_path / "r"),
+                           "-a", "transport=inprocess", "--model-arg", "backoff_s=0.01")
+    assert code == 0, text
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["errors"] == 0 and summary["policy_stats"]["retries"] == 2
+    assert stub.requests == stub.served + 2
+
+
+def test_endpoint_errors_after_retries_are_rollout_errors(tmp_path: Path) -> None:
+    with StubEndpoint(fail_first=10_000) as stub:
+        code, text = _eval("-n", "2", "-m", "openai:stub", "--base-url", stub.url, "-o", str(tmp_path / "r"),
+                           "-a", "transport=inprocess", "--model-arg", "backoff_s=0.001", "--model-arg", "max_retries=2")
+    assert code == 0, text
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["errors"] == 2 and stub.requests == 6
+    assert "HTTP 503" in _records(tmp_path / "r" / "results.jsonl")[0]["error"]
+
+
+def test_failover_to_live_endpoint(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with StubEndpoint() as stub:
+        code, text = _eval("-n", "4", "-c", "2", "-m", "openai:stub", "--base-url", f"{dead},{stub.url}",
+                           "-o", str(tmp_path / "f"), "-a", "transport=inprocess", "--model-arg", "backoff_s=0.01")
+    assert code == 0, text
+    summary = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert summary["rollouts"] == 4 and summary["errors"] == 0
+    assert summary["policy_stats"]["failovers"] >= 1 and summary["policy_stats"]["endpoint_errors"] >= 1
+    assert stub.served == summary["policy_stats"]["requests"] - summary["policy_stats"]["endpoint_errors"]
+
+
+def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    args = ("-n", "4", "-r", "1", "-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out))
+    code, text = _eval(*args)
+    assert code == 0, text
+    lines = (out / "results.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    by_ex = {r["example_id"]: r for r in recs}
+    # simulate a killed run: examples 0 and 1 finished (1 with an error, to be re-run), a torn line for example 2
+    errored = dict(by_ex[1], error="RuntimeError: simulated")
+    kept = [json.dumps(by_ex[0]), json.dumps(errored)]
+    (out / "results.jsonl").write_text("\n".join(kept) + "\n" + json.dumps(by_ex[2])[:150])
+
+    code, text = _eval(*args)  # without --resume: refuses to overwrite
+    assert code == 2 and "--resume" in text
+
+    code, text = _eval(*args, "--resume")
+    assert code == 0, text
+    after = (out / "results.jsonl").read_text().splitlines()
+    assert after[:2] == kept  # finished records untouched
+    new = _records(out / "results.jsonl")[2:]
+    assert sorted(r["example_id"] for r in new) == [1, 2, 3]  # example 0 not re-run; the errored one is
+    assert all(r["error"] is None for r in new)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rollouts"] == 4 and summary["errors"] == 0
+    assert (out / "rewards.png").exists()
+
+    code, text = _eval("-n", "5", "-r", "1", "-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out),
+                       "--resume")
+    assert code == 2 and "different run" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("-m", "nosuch:thing"), "unknown policy scheme"),
+    (("-m", "scripted:nobody"), "unknown scripted player"),
+    (("-n", "0"), "must be >= 1"),
+    (("-a", "transport=pigeon"), "unknown transport"),
+])
+def test_eval_bad_options_fail_clearly(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    code, text = _eval(*args, "-o", str(tmp_path / "x"))
+    assert code == 2 and message in text.replace("\n", " ")
+
+
+def test_unknown_env_fails_clearly() -> None:
+    res = runner.invoke(app, ["eval", "no-such-env"])
+    assert res.exit_code == 2 and "unknown environment" in res.output
+
+
+def test_backoff_grows_between_retries() -> None:
+    """Three 503s on a single endpoint: the waits (backoff_s * 2**attempt * [0.5, 1.5)) add up to >= 0.35 s."""
+    import asyncio
+    import time
+
+    from toolgym.policies.openai_http import OpenAIPolicy
+
+    board = " 0 | 1 | 2\n---+---+---\n 3 | 4 | 5\n---+---+---\n 6 | 7 | 8\nYou are X."
+    tools = [{"type": "function", "function": {"name": "make_move", "parameters": {"type": "object"}}}]
+
+    async def go(url: str) -> tuple[dict, float, dict]:
+        policy = OpenAIPolicy("stub", base_url=url, backoff_s=0.1, max_retries=3)
+        t0 = time.perf_counter()
+        try:
+            data = await policy.complete([{"role": "user", "content": board}], tools)
+        finally:
+            await policy.aclose()
+        return data, time.perf_counter() - t0, policy.stats
+
+    with StubEndpoint(fail_first=3) as stub:
+        data, elapsed, stats = asyncio.run(go(stub.url))
+    assert data["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "make_move"
+    assert stats["retries"] == 3 and stats["requests"] == 4 and elapsed >= 0.35
+
+
+def test_envs_and_tools_commands() -> None:
+    res = runner.invoke(app, ["envs"])
+    assert res.exit_code == 0 and "tictactoe" in res.output.split()
+    res = runner.invoke(app, ["tools", "tictactoe", "-a", "transport=inprocess"])
+    assert res.exit_code == 0, res.output
+    tools = {t["function"]["name"]: t["function"] for t in json.loads(res.output)}
+    assert set(tools) == {"make_move", "get_board"} and "game_id" not in json.dumps(tools)

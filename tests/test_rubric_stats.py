@@ -1,0 +1,180 @@
+"""`Rubric` (takes what it names, weight-0 metrics, errors) and `stats` (pass@k / pass^k, mean_ci, summaries)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from toolgym import Rubric, RewardError, ScriptedPolicy, StatefulToolEnv, env_tool, run_rollout
+from toolgym.policies.scripted import call
+from toolgym.stats import mean_ci, pass_at_k, pass_hat_k, summarize, tool_accuracy
+from toolgym.types import AssistantTurn, CallRecord, Trajectory
+
+
+def test_rubric_passes_what_each_function_names() -> None:
+    got = {}
+
+    def a(task):
+        got["a"] = task
+        return 1.0
+
+    async def b(state, calls):
+        got["b"] = (state, calls)
+        return 0.5
+
+    def c(**everything):
+        got["c"] = set(everything)
+        return 2
+
+    def d(task, scale=3.0):
+        return scale
+
+    rub = Rubric([(a, 1.0), (b, 2.0), (c, 0.0), d])
+    rewards, metrics, total = asyncio.run(rub.score(state={"s": 1}, task={"t": 1}, trajectory=None, calls=[],
+                                                    messages=[], turns=[], env=None))
+    assert got["a"] == {"t": 1} and got["b"] == ({"s": 1}, [])
+    assert got["c"] == {"state", "task", "trajectory", "calls", "messages", "turns", "env"}
+    assert rewards == {"a": 1.0, "b": 0.5, "d": 3.0} and metrics == {"c": 2.0}  # weight 0: a metric
+    assert total == pytest.approx(1.0 + 2 * 0.5 + 3.0)
+    assert rub.weights == {"a": 1.0, "b": 2.0, "c": 0.0, "d": 1.0}
+
+
+def test_rubric_rejects_unknown_parameter_and_duplicates() -> None:
+    def bad(task, answer_key):
+        return 0.0
+
+    with pytest.raises(ValueError, match=r"'bad' asks for \['answer_key'\]"):
+        Rubric([bad])
+
+    def a(task):
+        return 0.0
+
+    with pytest.raises(ValueError, match="duplicate"):
+        Rubric([a, a])
+
+
+@pytest.mark.parametrize(("value", "message"), [(ZeroDivisionError("x"), "raised ZeroDivisionError"),
+                                                 ("not a number", "raised ValueError"),
+                                                 (float("nan"), "returned NaN")])
+def test_rubric_errors_name_the_function(value, message) -> None:
+    def flaky_reward(task):
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    with pytest.raises(RewardError, match=f"'flaky_reward' {message}"):
+        asyncio.run(Rubric([flaky_reward]).score(task={}))
+
+
+class _Echo(StatefulToolEnv):
+    """An env without a server: one env tool."""
+
+    name = "echo"
+    max_turns = 2
+
+    def __init__(self, rubric: Rubric, **kw) -> None:
+        self._rub = rubric
+        super().__init__(**kw)
+
+    def build_rubric(self) -> Rubric:
+        return self._rub
+
+    @env_tool
+    def shout(self, state, text: str, times: int = 1) -> str:
+        """Shout the text."""
+        if times > 3:
+            raise ValueError("too loud")
+        return (text.upper() + " ") * times
+
+
+def _player(messages, memory):
+    task = memory["task"]
+    i = memory.setdefault("i", 0)
+    memory["i"] += 1
+    plan = task.get("plan", [])
+    return AssistantTurn(content="done") if i >= len(plan) else AssistantTurn(tool_calls=[call("shout", **plan[i])])
+
+
+def test_raising_reward_is_a_rollout_error_not_zero() -> None:
+    def broken_reward(calls):
+        raise KeyError("missing")
+
+    async def go():
+        env = _Echo(Rubric([broken_reward]))
+        async with env:
+            return await run_rollout(env, ScriptedPolicy(_player), {"prompt": "hi", "plan": [{"text": "a"}]})
+
+    t = asyncio.run(go())
+    assert t.error and "broken_reward" in t.error and "KeyError" in t.error
+    assert t.rewards == {}
+
+
+def test_env_tool_and_call_match_metrics() -> None:
+    def loud(calls):
+        return float(any("A A" in c.result for c in calls))
+
+    async def go(task):
+        env = _Echo(Rubric([loud]))
+        async with env:
+            assert [t["function"]["name"] for t in env.model_tools()] == ["shout"]
+            return await run_rollout(env, ScriptedPolicy(_player), task)
+
+    exp = [{"name": "shout", "arguments": {"text": ["a"], "times": [2, ""]}}]
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a", "times": 2}], "expected_calls": exp}))
+    assert t.error is None and t.reward == 1.0 and t.metrics["call_match"] == 1.0 and t.calls[0].call_match is True
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "b"}], "expected_calls": exp}))
+    assert t.metrics["call_match"] == 0.0 and t.calls[0].call_match is False
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a"}, {"text": "a"}], "expected_calls": exp}))
+    assert t.metrics["call_match"] == 0.0 and [c.call_match for c in t.calls] == [True, False]
+    t = asyncio.run(go({"prompt": "x", "plan": [], "expected_calls": []}))
+    assert t.metrics["abstain_ok"] == 1.0 and "call_match" not in t.metrics
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a"}], "expected_calls": []}))
+    assert t.metrics["abstain_ok"] == 0.0
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a"}]}))
+    assert "call_match" not in t.metrics and "abstain_ok" not in t.metrics and t.calls[0].call_match is None
+    # an env tool that raises: an error shown to the model, not a rollout error
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a", "times": 9}]}))
+    assert t.error is None and not t.calls[0].exec_ok and "too loud" in t.messages[-2]["content"]
+    t = asyncio.run(go({"prompt": "x", "plan": [{"text": "a", "times": "many"}]}))
+    assert not t.calls[0].args_ok and "integer" in t.calls[0].error
+
+
+def test_pass_at_k_by_hand() -> None:
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 3, 3) == 1.0  # n - c < k: one success is certain
+    assert pass_hat_k(5, 2, 2) == pytest.approx(1 / 10)  # C(2,2)/C(5,2)
+    assert pass_hat_k(4, 4, 4) == 1.0 and pass_hat_k(4, 3, 4) == 0.0
+    assert math.isnan(pass_hat_k(2, 2, 3))
+
+
+def test_mean_ci_by_hand() -> None:
+    r = mean_ci([1.0, 2.0, 3.0])
+    assert r["mean"] == 2.0 and r["n"] == 3 and r["ci95"] == pytest.approx(1.96 * 1 / math.sqrt(3))
+    assert mean_ci([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1}
+    assert math.isnan(mean_ci([])["mean"])
+
+
+def _traj(ex, r, reward, error=None, calls=()):
+    return Trajectory(example_id=ex, rollout_index=r, reward=reward, error=error, rewards={"w": reward},
+                      metrics={"win": float(reward == 1), "draw": 0.0, "loss": float(reward == 0)},
+                      calls=list(calls), stop_reason="done")
+
+
+def test_summarize() -> None:
+    ok = CallRecord(0, "move", {}, True, True, True, True)
+    bad = CallRecord(0, "move", {}, True, True, False, False, error="x")
+    other = CallRecord(0, "look", None, False, False, False, False)
+    trajs = [_traj(0, 0, 1.0, calls=[ok, bad]), _traj(0, 1, 0.0), _traj(1, 0, 1.0, calls=[other]), _traj(1, 1, 1.0),
+             _traj(2, 0, 0.0, error="ToolCallError: boom")]
+    s = summarize(trajs)
+    assert s["rollouts"] == 5 and s["errors"] == 1 and s["error_kinds"] == {"ToolCallError": 1}
+    assert s["reward"]["mean"] == pytest.approx(0.75) and s["reward"]["n"] == 4
+    assert s["pass_at_k"]["1"] == pytest.approx((0.5 + 1.0) / 2) and s["pass_at_k"]["2"] == pytest.approx(1.0)
+    assert s["pass_hat_k"]["2"] == pytest.approx((0.0 + 1.0) / 2)
+    assert s["outcomes"] == {"win": 0.75, "draw": 0.0, "loss": 0.25}
+    acc = tool_accuracy(trajs)
+    assert acc["*"]["calls"] == 3 and acc["*"]["exec_ok"] == pytest.approx(1 / 3)
+    assert acc["move"]["args_ok"] == 0.5 and acc["look"]["parse_ok"] == 0.0

@@ -1,0 +1,39 @@
+"""Test helpers shared by the top-level tests: paths of the test servers and process bookkeeping for orphan checks."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+SERVERS = Path(__file__).parent / "servers"
+FLAKY = SERVERS / "flaky_server.py"
+sys.path.insert(0, str(SERVERS))
+
+
+def children() -> set[int]:
+    """PIDs of live (non-zombie) descendants of this test process."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def wait_no_new_children(before: set[int], timeout: float = 5.0) -> set[int]:
+    """Wait until no descendant exists that was not there in `before`; return the leftovers (empty = clean)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = children() - before
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def flaky_command() -> list[str]:
+    return [sys.executable, str(FLAKY)]
