@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 # torch 2.13.0: a CPU wheel on our CI machines; elsewhere pip picks the build for your platform.
 if [ -z "${TOOLGYM_NO_TORCH:-}" ]; then .venv/bin/python -m pip install -q "torch==2.13.0"; fi
 args=(-e ".[dev,examples]")
-[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,dev,examples]")
+[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,trl,dev,examples]")
 for d in servers/*/ envs/*/; do
   [ -f "$d/pyproject.toml" ] && args+=(-e "$d")
 done
