@@ -113,7 +113,7 @@ async def main() -> None:
         t.add_row(r["transport"], f"{r['bare']['games_per_s']:.0f}", f"{r['full']['games_per_s']:.0f}",
                   f"{r['bare']['ms_per_call']:.3f}", f"{r['full']['ms_per_call']:.3f}",
                   f"{r['full']['calls'] / a.games:.1f}", f"{r['ratio_per_call']:.2f}x", str(r["full"]["errors"]))
-    Console().print(t)
+    Console(width=130).print(t)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"games": a.games, "concurrency": a.concurrency, "rows": rows}, indent=2))
 

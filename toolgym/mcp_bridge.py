@@ -34,8 +34,9 @@ from typing import Any, Literal
 import httpx
 
 log = logging.getLogger("toolgym.mcp")
-logging.getLogger("mcp").setLevel(logging.WARNING)
-logging.getLogger("httpx").setLevel(logging.WARNING)
+# in-process MCPServer objects configure the root logger at INFO; keep client/transport chatter out of the way
+for _name in ("mcp", "httpx", "httpx2", "httpcore", "httpcore2"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 class ToolCallError(RuntimeError):
