@@ -1,5 +1,5 @@
-"""Shared fixtures: the anyio backend. Helpers live in `tg_testutil` (tests run with --import-mode=importlib, so
-this folder is put on sys.path here for them)."""
+"""Shared fixtures: the anyio backend. Helpers live in `tg_testutil` and `tests/servers/` (tests run with
+--import-mode=importlib, so both folders are put on sys.path here)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "servers"))  # openai_stub, flaky_server
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from openai_stub import StubEndpoint, free_port
 from typer.testing import CliRunner
 
 from toolgym.cli import app
+from tg_testutil import read_jsonl
 
 runner = CliRunner()
 
@@ -20,16 +21,6 @@ def _eval(*args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
-def _records(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
-
-
 def test_eval_openai_endpoint_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with StubEndpoint() as stub:
@@ -37,7 +28,7 @@ def test_eval_openai_endpoint_end_to_end(tmp_path: Path) -> None:
                            "-o", str(out), "-t", "0.7")
     assert code == 0, text
     assert "win/draw/loss: 0.0 / 100.0 / 0.0 %" in text
-    recs = _records(out / "results.jsonl")
+    recs = read_jsonl(out / "results.jsonl")
     assert sorted((r["example_id"], r["rollout_index"]) for r in recs) == [(i, r) for i in range(3) for r in range(2)]
     assert all(r["error"] is None and r["metrics"]["draw"] == 1.0 for r in recs)
     summary = json.loads((out / "summary.json").read_text())
@@ -71,7 +62,7 @@ def test_endpoint_errors_after_retries_are_rollout_errors(tmp_path: Path) -> Non
     assert code == 0, text
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["errors"] == 2 and stub.requests == 6
-    assert "HTTP 503" in _records(tmp_path / "r" / "results.jsonl")[0]["error"]
+    assert "HTTP 503" in read_jsonl(tmp_path / "r" / "results.jsonl")[0]["error"]
 
 
 def test_failover_to_live_endpoint(tmp_path: Path) -> None:
@@ -106,7 +97,7 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     assert code == 0, text
     after = (out / "results.jsonl").read_text().splitlines()
     assert after[:2] == kept  # finished records untouched
-    new = _records(out / "results.jsonl")[2:]
+    new = read_jsonl(out / "results.jsonl")[2:]
     assert sorted(r["example_id"] for r in new) == [1, 2, 3]  # example 0 not re-run; the errored one is
     assert all(r["error"] is None for r in new)
     summary = json.loads((out / "summary.json").read_text())

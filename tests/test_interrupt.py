@@ -13,19 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tg_testutil import read_jsonl
 
 TOOLGYM = [sys.executable, "-m", "toolgym.cli"]
-
-
-def _lines(path: Path) -> list[dict]:
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return out
 
 
 def _start(out: Path, transport: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
@@ -33,7 +23,7 @@ def _start(out: Path, transport: str) -> tuple[subprocess.Popen, list[psutil.Pro
                              "-a", f"transport={transport}", "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
-    while len(_lines(out / "results.jsonl")) < 3:
+    while len(read_jsonl(out / "results.jsonl")) < 3:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         assert time.monotonic() < deadline, "no rollouts finished in 60 s"
         time.sleep(0.05)
@@ -54,13 +44,13 @@ def test_interrupted_eval_leaves_no_server_and_resumes(tmp_path: Path, transport
     os.kill(proc.pid, sig)
     proc.wait(30)
     assert not _gone(servers), f"server processes outlived the eval process ({transport}, {sig!r})"
-    done = {(r["example_id"], r["rollout_index"]) for r in _lines(out / "results.jsonl") if r["error"] is None}
+    done = {(r["example_id"], r["rollout_index"]) for r in read_jsonl(out / "results.jsonl") if r["error"] is None}
     assert len(done) >= 3
     res = subprocess.run([*TOOLGYM, "eval", "tictactoe", "-n", "12", "-c", "4", "-m", "scripted:minimax",
                           "-a", f"transport={transport}", "-o", str(out), "--resume"],
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-2000:]
-    recs = _lines(out / "results.jsonl")
+    recs = read_jsonl(out / "results.jsonl")
     keys = [(r["example_id"], r["rollout_index"]) for r in recs if r["error"] is None]
     assert sorted(set(keys)) == [(i, 0) for i in range(12)]
     assert len(keys) == len(set(keys)), "a finished rollout was run again"

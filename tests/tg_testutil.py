@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -37,3 +38,15 @@ def wait_no_new_children(before: set[int], timeout: float = 5.0) -> set[int]:
 
 def flaky_command() -> list[str]:
     return [sys.executable, str(FLAKY)]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Records of a JSONL file, skipping torn or invalid lines (a killed writer); [] if the file is missing."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out

@@ -141,6 +141,25 @@ def _name_args(call: ToolCall | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return fn["name"], args
 
 
+def split_blocks(body: str, open_tag: str, close_tag: str) -> tuple[list[str], list[str], str | None]:
+    """Split `body` into prose pieces and the texts between `open_tag`/`close_tag` pairs, in order; the text after
+    an open tag that is never closed (a truncated sample) comes back as the third item."""
+    prose: list[str] = []
+    blocks: list[str] = []
+    pos = 0
+    while True:
+        start = body.find(open_tag, pos)
+        if start < 0:
+            prose.append(body[pos:])
+            return prose, blocks, None
+        prose.append(body[pos:start])
+        end = body.find(close_tag, start)
+        if end < 0:
+            return prose, blocks, body[start + len(open_tag) :]
+        blocks.append(body[start + len(open_tag) : end])
+        pos = end + len(close_tag)
+
+
 class HermesFormat(ToolFormat):
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -149,22 +168,9 @@ class HermesFormat(ToolFormat):
 
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         calls: list[ToolCall] = []
-        prose: list[str] = []
-        errors: list[str] = []
-        pos = 0
-        while True:
-            start = body.find(self.OPEN, pos)
-            if start < 0:
-                prose.append(body[pos:])
-                break
-            prose.append(body[pos:start])
-            end = body.find(self.CLOSE, start)
-            if end < 0:
-                inner = body[start + len(self.OPEN) :]
-                calls.append(_bad_call(inner, "unterminated <tool_call> (truncated output?)"))
-                break
-            inner = body[start + len(self.OPEN) : end].strip()
-            pos = end + len(self.CLOSE)
+        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE)
+        for inner in blocks:
+            inner = inner.strip()
             if not inner:
                 calls.append(_bad_call(inner, "empty tool call"))
                 continue
@@ -174,8 +180,9 @@ class HermesFormat(ToolFormat):
                 calls.append(_bad_call(inner, f"invalid JSON in tool call: {e}"))
                 continue
             calls.append(_call_from_obj(obj, inner, ("arguments", "parameters")))
-        if self.CLOSE in "".join(prose):
-            errors.append("stray </tool_call>")
+        if unterminated is not None:
+            calls.append(_bad_call(unterminated, "unterminated <tool_call> (truncated output?)"))
+        errors = ["stray </tool_call>"] if self.CLOSE in "".join(prose) else []
         return _finish(raw, reasoning, prose, calls, errors)
 
     def render_calls(self, calls: list) -> str:
@@ -254,20 +261,11 @@ class PythonicFormat(ToolFormat):
 
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         calls: list[ToolCall] = []
-        prose: list[str] = []
-        pos = 0
-        while True:
-            start = body.find(self.OPEN, pos)
-            if start < 0:
-                prose.append(body[pos:])
-                break
-            prose.append(body[pos:start])
-            end = body.find(self.CLOSE, start)
-            if end < 0:
-                calls.append(_bad_call(body[start + len(self.OPEN) :], "unterminated <|tool_call_start|> (truncated?)"))
-                break
-            calls.extend(self._parse_calls(body[start + len(self.OPEN) : end]))
-            pos = end + len(self.CLOSE)
+        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE)
+        for inner in blocks:
+            calls.extend(self._parse_calls(inner))
+        if unterminated is not None:
+            calls.append(_bad_call(unterminated, "unterminated <|tool_call_start|> (truncated?)"))
         return _finish(raw, reasoning, prose, calls, [])
 
     def render_calls(self, calls: list) -> str:
