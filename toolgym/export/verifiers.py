@@ -242,7 +242,7 @@ vf-eval {pkg} -n 5 --model MODEL --client.base-url http://127.0.0.1:8000/v1 --cl
 ```
 
 The default harness is verifiers' null chat program run without `uv`; `--env.agent.harness.id null` picks the
-stock one. Limits: see `toolgym/export/vf_runtime.py` and toolgym's `docs/readme/ecosystem.md`.
+stock one. Limits: see `toolgym/export/vf_runtime.py` and toolgym's README (Ecosystem section).
 ''',
     }
     for path, text in files.items():
