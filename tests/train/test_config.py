@@ -1,0 +1,72 @@
+"""Bad config values fail with a clear message before any work starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from toolgym.train.cli import app
+from toolgym.train.config import ConfigError, GRPOConfig, SFTConfig, describe, load_config
+
+BASE = {"model": "m", "output_dir": "o", "env": "tictactoe"}
+
+
+def test_valid_defaults_and_dapo_clip_higher() -> None:
+    cfg = load_config(GRPOConfig, None, {**BASE, "loss_type": "dapo"})
+    assert cfg.epsilon_high == 0.28 and cfg.epsilon == 0.2
+    assert load_config(GRPOConfig, None, BASE).epsilon_high == 0.2
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("loss_type", "ppo", "loss_type"),
+    ("rollouts_per_example", 1, "rollouts_per_example"),
+    ("learning_rate", -1, "learning_rate"),
+    ("epsilon", 1.5, "epsilon"),
+    ("batch_sz", 4, "batch_sz"),  # typo: unknown fields are rejected, not ignored
+    ("lora", {"r": 0}, "lora.r"),
+])
+def test_bad_values_name_the_field(field: str, value: object, needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(GRPOConfig, None, {**BASE, field: value})
+    assert needle in str(exc.value)
+
+
+def test_missing_required_and_warmup() -> None:
+    with pytest.raises(ConfigError, match="env"):
+        load_config(GRPOConfig, None, {"model": "m", "output_dir": "o"})
+    with pytest.raises(ConfigError, match="warmup_steps"):
+        load_config(GRPOConfig, None, {**BASE, "max_steps": 2, "warmup_steps": 5})
+
+
+def test_file_overrides_and_base(tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text('model = "m"\noutput_dir = "o"\nenv = "tictactoe"\nbatch_size = 4\n'
+                                        '[env_args]\nmin_random_move_prob = 0.2\n')
+    (tmp_path / "p2.toml").write_text('base = "base.toml"\ntemperature = 1.25\n')
+    cfg = load_config(GRPOConfig, tmp_path / "p2.toml", ["env_args.max_random_move_prob=0.7", "batch_size=2"])
+    assert cfg.temperature == 1.25 and cfg.batch_size == 2
+    assert cfg.env_args == {"min_random_move_prob": 0.2, "max_random_move_prob": 0.7}
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(GRPOConfig, tmp_path / "nope.toml")
+
+
+def test_every_field_documented() -> None:
+    for cls in (GRPOConfig, SFTConfig):
+        for name, f in cls.model_fields.items():
+            assert f.description, f"{cls.__name__}.{name} has no description"
+    assert "rollouts_per_example" in describe(GRPOConfig)
+
+
+def test_cli_bad_config_fails_before_work(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({**BASE, "output_dir": str(tmp_path / "run"), "loss_type": "nope"}))
+    res = CliRunner().invoke(app, ["train", str(cfg)])
+    assert res.exit_code == 2
+    assert "loss_type" in res.output
+    assert not (tmp_path / "run").exists()  # nothing started
+    res = CliRunner().invoke(app, ["train", str(cfg), "--set", "loss_type=gspo", "--set", "max_steps=0"])
+    assert res.exit_code == 2 and "max_steps" in res.output
+    res = CliRunner().invoke(app, ["sft", "--set", "epochs=0", "--model", "m", "--out", "o", "--data", "x.jsonl"])
+    assert res.exit_code == 2 and "epochs" in res.output

@@ -1,0 +1,40 @@
+"""synth -> sft -> plot through the typer sub-app, on a handful of games."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from toolgym.train.cli import app
+
+
+def test_synth_sft_plot(tiny_model: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    data = tmp_path / "teacher.jsonl"
+    res = runner.invoke(app, ["synth", "tictactoe", "--teacher", "scripted:imperfect", "--teacher-arg", "mistake_prob=0.5",
+                              "-n", "12", "--drop-if", "loss", "--require-valid", "-a", "transport=inprocess",
+                              "-a", "max_random_move_prob=1.0", "-o", str(data), "--hf-out", str(tmp_path / "hf")])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in data.read_text().splitlines()]
+    assert 0 < len(rows) <= 12
+    assert all(r["metrics"]["loss"] == 0 for r in rows)
+    assert rows[0]["tools"] and rows[0]["messages"][0]["role"] == "system"
+    from datasets import load_from_disk
+
+    assert len(load_from_disk(str(tmp_path / "hf"))) == len(rows)
+
+    out = tmp_path / "sft"
+    res = runner.invoke(app, ["sft", "--data", str(tmp_path / "hf"), "--model", str(tiny_model), "--out", str(out),
+                              "-s", "epochs=2", "-s", "batch_size=4", "-s", "micro_batch_size=2", "-s", "learning_rate=1e-2"])
+    assert res.exit_code == 0, res.output
+    m = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(m) >= 2 and m[-1]["loss"] < m[0]["loss"]
+    assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "tokenizer.json").is_file()
+    res = runner.invoke(app, ["sft", "--data", str(data), "--model", str(tiny_model), "--out", str(out)])
+    assert res.exit_code == 2 and "--resume" in res.output  # never silently overwrites a run
+
+    res = runner.invoke(app, ["plot", str(out), "-o", str(tmp_path / "c.png"), "-k", "loss", "-k", "lr"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "c.png").stat().st_size > 1000

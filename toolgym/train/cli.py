@@ -1,0 +1,194 @@
+"""`toolgym synth | sft | train | plot` -- a typer sub-app; the main CLI registers these commands at top level."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+app = typer.Typer(help="Teacher data, SFT, GRPO training and training curves.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
+console = Console()
+
+
+@app.callback()
+def _group() -> None:
+    """Training commands (registered at top level as toolgym synth|sft|train|plot)."""
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(2)
+
+
+def _kv(pairs: list[str] | None) -> dict[str, Any]:
+    from toolgym.train.config import ConfigError, parse_overrides
+
+    try:
+        return parse_overrides(pairs)
+    except ConfigError as exc:
+        _fail(str(exc))
+    return {}
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+@app.command("synth")
+def synth_cmd(
+    env_name: str = typer.Argument(..., help="Environment name or env config path."),
+    teacher: str = typer.Option(..., "--teacher", "-m", help="Teacher policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL file (chat-with-tools rows)."),
+    hf_out: Path | None = typer.Option(None, "--hf-out", help="Also save an HF datasets folder here."),
+    num_examples: int = typer.Option(200, "-n", "--num-examples", help="Games / tasks to play."),
+    seed: int = typer.Option(0, "--seed", help="Dataset seed."),
+    min_reward: float | None = typer.Option(None, "--min-reward", help="Keep rollouts with reward >= this."),
+    drop_if: list[str] = typer.Option([], "--drop-if", help="Drop rollouts where this reward/metric > 0 (repeatable), e.g. loss."),
+    require_valid: bool = typer.Option(False, "--require-valid", help="Keep only rollouts whose every turn parsed and every call succeeded."),
+    concurrency: int = typer.Option(16, "-c", "--concurrency"),
+    env_arg: list[str] = typer.Option([], "-a", "--env-arg", help="Env argument key=value (repeatable)."),
+    teacher_arg: list[str] = typer.Option([], "--teacher-arg", help="Teacher policy option key=value (repeatable), e.g. mistake_prob=0.3."),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL for openai: teachers."),
+) -> None:
+    """Play a teacher through an env, filter by reward, export a chat-with-tools dataset."""
+    import asyncio
+
+    from toolgym.policy import load_policy
+    from toolgym.registry import load_env
+    from toolgym.train.synth import synth
+
+    if num_examples < 1 or concurrency < 1:
+        _fail("-n and -c must be >= 1")
+    try:
+        env = load_env(env_name, **_kv(env_arg))
+        opts = {"seed": seed, **_kv(teacher_arg)}
+        if base_url:
+            opts["base_url"] = base_url
+        policy = load_policy(teacher, env, **opts)
+    except (ValueError, TypeError, ImportError, OSError) as exc:
+        _fail(str(exc))
+    tasks = env.build_dataset(num_examples, seed=seed)
+    with _progress() as prog:
+        bar = prog.add_task("teacher games", total=len(tasks), info="")
+
+        async def go() -> dict[str, Any]:
+            try:
+                return await synth(env, policy, tasks, out, hf_out, min_reward, drop_if, require_valid, concurrency,
+                                   on_done=lambda t: prog.advance(bar))
+            finally:
+                await env.aclose()
+                await policy.aclose()
+
+        try:
+            res = asyncio.run(go())
+        except KeyError as exc:
+            _fail(str(exc))
+    console.print(f"kept [bold]{res['kept']}[/] of {res['played']} games (errors {res['errors']}; mean reward "
+                  f"all {res['mean_reward_all']:.3f}, kept {res['mean_reward_kept']:.3f}) -> {out}")
+    (out.with_suffix(".summary.json")).write_text(json.dumps(res, indent=2))
+
+
+@app.command("sft")
+def sft_cmd(
+    config: Path | None = typer.Argument(None, help="SFT config file (.toml/.json); fields can also come from --set."),
+    data: list[Path] = typer.Option([], "--data", "-d", help="JSONL file(s) or HF dataset folder(s) (overrides the config)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Starting weights (overrides the config)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (overrides output_dir)."),
+    override: list[str] = typer.Option([], "--set", "-s", help="Config override key=value (repeatable; dotted keys for nested)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in output_dir from its last checkpoint."),
+) -> None:
+    """Supervised fine-tuning with assistant-only loss masks (full or LoRA); writes OUTPUT/final in HF format."""
+    from toolgym.train.config import ConfigError, SFTConfig, load_config
+
+    ov = _kv(override)
+    if data:
+        ov["data"] = [str(d) for d in data]
+    if model:
+        ov["model"] = model
+    if out:
+        ov["output_dir"] = str(out)
+    try:
+        cfg = load_config(SFTConfig, config, ov)
+    except ConfigError as exc:
+        _fail(str(exc))
+    from toolgym.train.sft import run_sft
+
+    with _progress() as prog:
+        bar = prog.add_task("sft steps", total=None, info="")
+
+        def tick(r: dict[str, Any]) -> None:
+            prog.update(bar, total=r["total"], completed=r["step"], info=f"loss {r['loss']:.4f} lr {r['lr']:.2e}")
+
+        try:
+            res = run_sft(cfg, resume, tick)
+        except (FileExistsError, FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    console.print(f"SFT done: {res['total_steps']} steps on {res['rows']} rows, final loss {res.get('loss', float('nan')):.4f} "
+                  f"-> {res['final']} (use it as hf:{res['final']})")
+
+
+@app.command("train")
+def train_cmd(
+    config: Path = typer.Argument(..., help="GRPO config file (.toml/.json); see `toolgym train --show-config x`."),
+    override: list[str] = typer.Option([], "--set", "-s", help="Config override key=value (repeatable; dotted keys for nested)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in output_dir from its last checkpoint."),
+    show_config: bool = typer.Option(False, "--show-config", help="Print every config field with its default and exit."),
+) -> None:
+    """GRPO: rollouts through the env, group-relative advantages, policy-gradient step; metrics + checkpoints."""
+    from toolgym.train.config import ConfigError, GRPOConfig, describe, load_config
+
+    if show_config:
+        console.print(describe(GRPOConfig), markup=False)
+        return
+    try:
+        cfg = load_config(GRPOConfig, config, _kv(override))
+    except ConfigError as exc:
+        _fail(str(exc))
+    from toolgym.train.grpo import run_grpo
+
+    console.print(f"[bold]toolgym train[/] {cfg.env} model={cfg.model} loss={cfg.loss_type} "
+                  f"{cfg.batch_size}x{cfg.rollouts_per_example} rollouts/step -> {cfg.output_dir}")
+    t0 = time.time()
+    with _progress() as prog:
+        bar = prog.add_task("grpo steps", total=cfg.max_steps, info="")
+
+        def tick(r: dict[str, Any]) -> None:
+            info = (f"reward {r.get('reward', float('nan')):.3f}  win {r.get('metrics/win', float('nan')):.2f}  "
+                    f"loss {r.get('metrics/loss', float('nan')):.2f}  valid {r.get('tool_call_valid', float('nan')):.3f}  "
+                    f"{r['step_s']:.1f}s/step")
+            prog.update(bar, completed=r["step"], info=info)
+
+        try:
+            last = run_grpo(cfg, resume, tick)
+        except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+            _fail(str(exc))
+    console.print(f"done in {time.time() - t0:.0f}s; last step reward {last.get('reward', float('nan')):.3f} -> "
+                  f"{cfg.output_dir}/final (use it as hf:{cfg.output_dir}/final)")
+
+
+@app.command("plot")
+def plot_cmd(
+    runs: list[Path] = typer.Argument(..., help="Run folder(s) or metrics.jsonl file(s); several are drawn in sequence."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="PNG path (default RUN/curves.png)."),
+    keys: list[str] = typer.Option([], "--key", "-k", help="Metrics to draw (repeatable; default: a standard set)."),
+    smooth: int = typer.Option(1, "--smooth", help="Moving-average window."),
+) -> None:
+    """Draw training curves from metrics.jsonl to a PNG."""
+    from toolgym.train.plot import plot_runs
+
+    for r in runs:
+        if not (r / "metrics.jsonl" if r.is_dir() else r).exists():
+            _fail(f"{r}: no metrics.jsonl")
+    dest = out or ((runs[-1] if runs[-1].is_dir() else runs[-1].parent) / "curves.png")
+    console.print(f"wrote {plot_runs(runs, dest, keys or None, smooth)}")
+
+
+if __name__ == "__main__":
+    app()

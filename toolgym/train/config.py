@@ -1,0 +1,170 @@
+"""Pydantic configs for `toolgym train` (GRPO) and `toolgym sft`. Every field is documented; bad values fail at load
+time with a message naming the field, before any model is loaded or rollout played.
+
+A config file is TOML or JSON (`base = "other.toml"` inherits another file); CLI overrides are `key=value` (dotted keys reach nested
+dicts, e.g. `env_args.max_random_move_prob=0.25`).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the field(s)."""
+
+
+class LoraConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: float = Field(16.0, gt=0, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] | str = Field("all-linear", description="Modules to adapt (peft `target_modules`).")
+
+
+class ModelTrainConfig(BaseModel):
+    """Fields shared by SFT and GRPO."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(..., description="Starting weights: a local HF folder (e.g. a tiny model or SFT output) or a hub name.")
+    output_dir: Path = Field(..., description="Run folder: config.json, metrics.jsonl, checkpoints/, final/.")
+    lora: LoraConfig | None = Field(None, description="Train a LoRA adapter instead of all weights (None = full fine-tune).")
+    learning_rate: float = Field(1e-5, gt=0, le=1.0, description="Peak learning rate (AdamW).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="Decay after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    adam_betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward; gradients accumulate over the step.")
+    max_seq_len: int = Field(2048, ge=16, description="Sequences longer than this are cut (tail tokens dropped from the loss).")
+    seed: int = Field(0, description="Seed for data order, sampling and init of new weights.")
+    device: str = Field("auto", description="auto | cpu | cuda[:i].")
+    dtype: str = Field("auto", description="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16.")
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
+    save_every: int = Field(1, ge=1, description="Checkpoint every N optimizer steps (1 = a SIGKILL loses at most the step in flight).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted).")
+    save_merged: bool = Field(True, description="With LoRA, also save merged full weights at the end (final/).")
+    report_to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list, description="Extra metric sinks besides metrics.jsonl.")
+
+
+class GRPOConfig(ModelTrainConfig):
+    """`toolgym train CONFIG`: the GRPO loop."""
+
+    env: str = Field(..., description="Environment name (entry point) or env config path.")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment.")
+    num_examples: int = Field(1000, ge=1, description="Size of the task pool built by env.build_dataset (seeded).")
+    dataset_seed: int = Field(0, description="Seed of env.build_dataset.")
+    max_steps: int = Field(100, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(8, ge=1, description="Examples (groups) per step; each gets rollouts_per_example rollouts.")
+    rollouts_per_example: int = Field(8, ge=2, description="Group size G (>= 2: advantages are relative to the group).")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "cispo", "gspo"] = Field(
+        "grpo", description="Policy loss variant, see toolgym.train.loss.")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip eps (ratio >= 1-eps).")
+    epsilon_high: float | None = Field(None, gt=0, description="Upper clip eps (None = epsilon; dapo default 0.28).")
+    epsilon_high_is: float = Field(5.0, gt=0, description="CISPO: the IS weight is clipped at 1+this.")
+    scale_rewards: bool = Field(False, description="Divide advantages by the group's reward std (Dr.GRPO: False).")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the reference (the starting weights); 0 = no reference model.")
+    old_logprobs: Literal["sampler", "trainer"] = Field(
+        "sampler", description="Behaviour log-probs in the ratio: the sampler's (corrects off-policy drift) or the trainer's recomputed before the update.")
+    updates_per_batch: int = Field(1, ge=1, description="Optimizer steps per rollout batch (>1 re-uses the batch, PPO-style).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (the trainer uses the same for log-probs).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Sampling top-p.")
+    max_tokens: int = Field(128, ge=1, description="Max new tokens per assistant turn.")
+    concurrency: int = Field(64, ge=1, description="Rollouts in flight (batched together by the engine).")
+    drop_errored: bool = Field(True, description="Drop groups containing an errored rollout (else error = reward 0).")
+    skip_constant_groups: bool = Field(False, description="Leave zero-advantage groups out of the backward pass (faster; same gradient except normalisers).")
+    engine: Literal["hf"] = Field("hf", description="Sampler: hf = in-process transformers sharing the trainer's weights. (vllm: see docs/readme/train.md)")
+    eval_every: int = Field(0, ge=0, description="Every N steps run a greedy eval on eval_examples fresh tasks (0 = off).")
+    eval_examples: int = Field(32, ge=1, description="Tasks per periodic eval.")
+    eval_env_args: dict[str, Any] = Field(default_factory=dict, description="Env argument overrides for periodic evals.")
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOConfig:
+        if self.epsilon_high is None:
+            self.epsilon_high = 0.28 if self.loss_type == "dapo" else self.epsilon
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) > max_steps ({self.max_steps})")
+        return self
+
+
+class SFTConfig(ModelTrainConfig):
+    """`toolgym sft`: supervised fine-tuning on chat-with-tools rows (assistant-only loss)."""
+
+    data: list[Path] = Field(..., min_length=1, description="JSONL files (from `toolgym synth`) or HF dataset folders.")
+    epochs: float = Field(3.0, gt=0, description="Passes over the data.")
+    batch_size: int = Field(16, ge=1, description="Sequences per optimizer step (split into micro-batches).")
+    learning_rate: float = Field(1e-3, gt=0, le=1.0, description="Peak learning rate (AdamW).")
+
+
+def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise ConfigError(f"override {key!r}: {p!r} is not a table")
+    d[parts[-1]] = value
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in pairs or []:
+        if "=" not in p:
+            raise ConfigError(f"override {p!r}: expected key=value")
+        k, v = p.split("=", 1)
+        try:
+            val = json.loads(v)
+        except json.JSONDecodeError:
+            val = v
+        _set_dotted(out, k.strip(), val)
+    return out
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot parse: {exc}") from exc
+    base = data.pop("base", None)  # `base = "other.toml"`: inherit, then override
+    if base:
+        data = _merge(read_config_file((path.parent / base).resolve()), data)
+    return data
+
+
+def load_config(cls: type[BaseModel], path: Path | None, overrides: list[str] | dict[str, Any] | None = None) -> Any:
+    """File + overrides -> validated config, or ConfigError listing every bad field."""
+    data = read_config_file(path) if path is not None else {}
+    ov = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
+    data = _merge(data, ov)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"]) or "(config)"
+            lines.append(f"  {loc}: {e['msg']}" + (f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""))
+        raise ConfigError(f"invalid {cls.__name__}" + (f" in {path}" if path else "") + ":\n" + "\n".join(lines)) from None
+
+
+def describe(cls: type[BaseModel]) -> str:
+    """Every field with its default and description (for `--help-config` and the docs)."""
+    rows = []
+    for name, f in cls.model_fields.items():
+        default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
+        rows.append(f"{name} = {default}\n    {f.description or ''}")
+    return "\n".join(rows)

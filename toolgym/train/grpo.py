@@ -1,0 +1,277 @@
+"""The GRPO loop, colocated: the in-process transformers engine samples with the very model object being trained
+(no weight copy, no sync), then the trainer takes one optimizer step on the same weights.
+
+One step:
+  1. examples: `step_examples(step)` -- a stratified slice of the task pool (every difficulty group present);
+  2. rollouts: `rollouts_per_example` per example through the env (`run_rollouts`, batched generation), sampling
+     seeded by (seed, step) so a resumed step replays the same games;
+  3. rewards from the env's rubric -> group-relative advantages (`loss.group_advantages`);
+  4. loss over the exact sampled tokens (`Trajectory.tokens`: ids, assistant mask, sampler logprobs), micro-batched
+     with gradient accumulation (`loss.token_weights` normalises over the whole step), grad clip, AdamW, schedule;
+  5. metrics line (rewards per function, win/draw/loss, tool-call validity, lengths, clip/KL, trainer-vs-sampler
+     drift, timings) -> metrics.jsonl; checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolgym.train.config import GRPOConfig
+from toolgym.train.data import pad_batch, step_examples
+from toolgym.train.loss import group_advantages, policy_loss, token_logprobs, token_weights
+from toolgym.train.runstate import (
+    MetricsLog,
+    load_model,
+    load_trainer_state,
+    make_optimizer,
+    prepare_run,
+    save_checkpoint,
+    save_hf,
+)
+from toolgym.types import Trajectory
+
+RESUME_KEYS = ("model", "env", "env_args", "num_examples", "dataset_seed", "batch_size", "rollouts_per_example",
+               "loss_type", "lora", "seed")
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Per-step means of rewards (per function), env metrics (win/draw/loss...), tool-call validity and lengths."""
+    ok = [t for t in trajs if t.error is None]
+    m: dict[str, float] = {"rollouts": len(trajs), "errors": len(trajs) - len(ok)}
+    if not ok:
+        return m
+    rs = [t.reward for t in ok]
+    m["reward"] = statistics.fmean(rs)
+    m["reward_std"] = statistics.pstdev(rs)
+    for k in sorted({k for t in ok for k in t.rewards}):
+        m[f"rewards/{k}"] = statistics.fmean(t.rewards.get(k, 0.0) for t in ok)
+    for k in sorted({k for t in ok for k in t.metrics}):
+        m[f"metrics/{k}"] = statistics.fmean(t.metrics.get(k, 0.0) for t in ok)
+    calls = [c for t in ok for c in t.calls]
+    m["tool_call_valid"] = sum(c.exec_ok for c in calls) / len(calls) if calls else 0.0
+    m["invalid_rate"] = statistics.fmean(
+        float(any(not c.exec_ok for c in t.calls) or any(not x.get("parse_ok", True) for x in t.turns) or not t.calls)
+        for t in ok)
+    m["turns"] = statistics.fmean(len(t.turns) for t in ok)
+    toks = [t.tokens for t in ok if t.tokens is not None]
+    if toks:
+        m["completion_tokens"] = statistics.fmean(sum(x.mask) for x in toks)
+        m["seq_len"] = statistics.fmean(len(x) for x in toks)
+        m["seq_len_max"] = max(len(x) for x in toks)
+    return m
+
+
+def _lr_of(sched: Any) -> float:
+    return float(sched.get_last_lr()[0])
+
+
+class GRPOTrainer:
+    """State of one run; `run()` drives the loop. Small on purpose: rollouts are the env/engine's job, the loss is
+    `toolgym.train.loss`, persistence is `toolgym.train.runstate`."""
+
+    def __init__(self, cfg: GRPOConfig, resume: bool = False, on_step: Callable[[dict[str, Any]], None] | None = None,
+                 env: Any = None):
+        import torch
+
+        from toolgym.models.hf import HFPolicy
+        from toolgym.registry import load_env
+
+        self.cfg, self.on_step = cfg, on_step
+        self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)  # fails fast on bad env args
+        self.tasks = self.env.build_dataset(cfg.num_examples, seed=cfg.dataset_seed)
+        self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
+        out = cfg.output_dir
+        ckpt = prepare_run(out, cfg.model_dump(mode="json"), resume, RESUME_KEYS)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.model, self.tok, self.is_lora = load_model(cfg, str(ckpt / "model") if ckpt else None)
+        self.ref = None
+        if cfg.kl_coef > 0 and not self.is_lora:  # LoRA: the reference is the base with the adapter disabled
+            self.ref = load_model(cfg.model_copy(update={"lora": None}))[0] if ckpt else copy.deepcopy(self.model)
+            self.ref.eval().requires_grad_(False)
+        self.policy = HFPolicy(model=self.model, tokenizer=self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
+                               max_tokens=cfg.max_tokens, seed=cfg.seed, max_batch=cfg.concurrency,
+                               num_threads=cfg.num_threads or "auto")
+        self.opt, self.sched = make_optimizer(cfg, self.model, cfg.max_steps * cfg.updates_per_batch)
+        self.step = 0
+        if ckpt is not None:
+            self.step = load_trainer_state(ckpt, self.opt, self.sched)["step"]
+        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        self.dev = next(self.model.parameters()).device
+        self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
+        self.resumed_from = self.step
+
+    # ------------------------------------------------------------------------------------------------ rollouts
+    async def rollouts(self, step: int) -> list[Trajectory]:
+        from toolgym.rollout import run_rollouts
+
+        cfg = self.cfg
+        ex = step_examples(step, cfg.batch_size, len(self.tasks), self.num_groups, cfg.dataset_seed + cfg.seed)
+        jobs = [(i, r, self.tasks[i]) for i in ex for r in range(cfg.rollouts_per_example)]
+        self.policy.seed = cfg.seed * 1_000_003 + step  # sampling is a function of (seed, step, job): resumable
+        self.policy._sessions = itertools.count()
+        self.model.eval()
+        return await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
+
+    # ------------------------------------------------------------------------------------------------ update
+    def _logp(self, model: Any, b: dict[str, Any]) -> Any:
+        logits = model(input_ids=b["ids"], attention_mask=b["attn"]).logits
+        return token_logprobs(logits, b["ids"], self.cfg.temperature)
+
+    def update(self, trajs: list[Trajectory]) -> dict[str, float]:
+        import torch
+
+        cfg = self.cfg
+        G = cfg.rollouts_per_example
+        groups = [trajs[i : i + G] for i in range(0, len(trajs), G)]
+        kept: list[Trajectory] = []
+        rewards: list[float] = []
+        for g in groups:
+            bad = [t for t in g if t.error is not None or t.tokens is None or not any(t.tokens.mask)]
+            if bad and cfg.drop_errored:
+                continue
+            kept.extend(g)
+            rewards.extend(0.0 if t in bad else t.reward for t in g)
+        stats: dict[str, float] = {"groups_used": len(kept) // G, "groups_dropped": len(groups) - len(kept) // G}
+        if not kept:
+            return stats
+        adv = group_advantages(torch.tensor(rewards), G, scale=cfg.scale_rewards)
+        stats["zero_adv_groups"] = float(sum(1 for i in range(0, len(adv), G) if adv[i : i + G].abs().max() < 1e-8))
+        stats["adv_abs_mean"] = float(adv.abs().mean())
+        idx = list(range(len(kept)))
+        if cfg.skip_constant_groups:
+            idx = [i for i in idx if abs(float(adv[i])) > 1e-8]
+        if not idx:
+            return stats
+        traces = [kept[i].tokens for i in idx]
+        cut = [min(len(t), cfg.max_seq_len) for t in traces]
+        n_tokens = sum(sum(t.mask[1:c]) for t, c in zip(traces, cut, strict=True))
+        max_len = cfg.max_tokens * int(getattr(self.env, "max_turns", 1))  # dr_grpo's constant normaliser
+        stats["truncated"] = float(sum(len(t) > cfg.max_seq_len for t in traces))
+        batches = []
+        for j in range(0, len(idx), cfg.micro_batch_size):
+            b = pad_batch(traces[j : j + cfg.micro_batch_size], self.pad, cfg.max_seq_len)
+            b = {k: v.to(self.dev) for k, v in b.items()}
+            b["adv"] = adv[idx[j : j + cfg.micro_batch_size]].to(self.dev)
+            b["w"] = token_weights(b["mask"], cfg.loss_type, len(idx), n_tokens, max_len)
+            batches.append(b)
+        acc: dict[str, float] = {}
+        for it in range(cfg.updates_per_batch):
+            self.model.train()
+            if it == 0 and cfg.old_logprobs == "trainer":
+                with torch.no_grad():
+                    for b in batches:
+                        b["old"] = self._logp(self.model, b)
+            loss_total = 0.0
+            for b in batches:
+                logp = self._logp(self.model, b)
+                if it == 0:  # off-policy drift: trainer (before the update) vs sampler log-probs
+                    m = b["mask"]
+                    d = (logp.detach() - b["sampler_logp"]) * m
+                    acc["drift_abs_sum"] = acc.get("drift_abs_sum", 0.0) + float(d.abs().sum())
+                    acc["drift_max"] = max(acc.get("drift_max", 0.0), float(d.abs().max()))
+                    acc["drift_kl_sum"] = acc.get("drift_kl_sum", 0.0) + float((-d).sum())
+                old = b["sampler_logp"] if cfg.old_logprobs == "sampler" else b["old"]
+                ref = None
+                if cfg.kl_coef > 0:
+                    with torch.no_grad():
+                        if self.is_lora:
+                            with self.model.disable_adapter():
+                                ref = self._logp(self.model, b)
+                        else:
+                            ref = self._logp(self.ref, b)
+                loss, st = policy_loss(logp, old, b["adv"], b["w"], cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
+                                       cfg.epsilon_high_is, ref, cfg.kl_coef)
+                loss.backward()
+                loss_total += float(loss.detach())
+                for k in ("clip_frac", "kl", "ratio_mean"):
+                    acc[k + "_sum"] = acc.get(k + "_sum", 0.0) + st[k] * st["tokens"]
+                acc["tok"] = acc.get("tok", 0.0) + st["tokens"]
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            stats["loss"] = loss_total
+            stats["grad_norm"] = float(gn)
+        tok = max(acc.get("tok", 1.0), 1.0)
+        n0 = tok / cfg.updates_per_batch
+        stats.update({"clip_frac": acc["clip_frac_sum"] / tok, "kl_ref": acc["kl_sum"] / tok,
+                      "ratio_mean": acc["ratio_mean_sum"] / tok, "drift_abs": acc["drift_abs_sum"] / n0,
+                      "drift_max": acc["drift_max"], "drift_kl": acc["drift_kl_sum"] / n0, "train_tokens": n0})
+        return stats
+
+    # ------------------------------------------------------------------------------------------------ loop
+    async def _run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        await self.env.start()
+        last: dict[str, Any] = {}
+        try:
+            while self.step < cfg.max_steps:
+                t0 = time.perf_counter()
+                self.policy.queue.reset_stats()
+                trajs = await self.rollouts(self.step)
+                t1 = time.perf_counter()
+                gen = self.policy.queue.stats()
+                st = self.update(trajs)
+                t2 = time.perf_counter()
+                self.step += 1
+                rec = {"step": self.step, **rollout_metrics(trajs), **st, "lr": _lr_of(self.sched),
+                       "rollout_s": t1 - t0, "train_s": t2 - t1,
+                       "gen_tokens_per_s": gen["generated_tokens"] / max(gen["generate_s"], 1e-9),
+                       "gen_mean_batch": gen["mean_batch_size"]}
+                if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    rec.update(await self.periodic_eval())
+                rec["step_s"] = time.perf_counter() - t0
+                self.log.log(rec)  # metrics before the checkpoint: a kill in between replays the step
+                if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+                    t3 = time.perf_counter()
+                    save_checkpoint(cfg.output_dir, self.step, self.model, self.tok, self.opt, self.sched, {},
+                                    cfg.keep_checkpoints)
+                    rec["save_s"] = time.perf_counter() - t3
+                last = rec
+                if self.on_step:
+                    self.on_step(rec)
+        finally:
+            self.log.close()
+            await self.policy.aclose()
+            await self.env.aclose()
+        save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
+        return last
+
+    async def periodic_eval(self) -> dict[str, float]:
+        from toolgym.models.hf import HFPolicy
+        from toolgym.registry import load_env
+        from toolgym.rollout import run_rollouts
+
+        cfg = self.cfg
+        env = load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args})
+        tasks = env.build_dataset(cfg.eval_examples, seed=cfg.dataset_seed + 7919)
+        pol = HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=cfg.max_tokens,
+                       max_batch=cfg.concurrency)
+        self.model.eval()
+        await env.start()
+        try:
+            trajs = await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(tasks)], cfg.concurrency)
+        finally:
+            await pol.aclose()
+            await env.aclose()
+        return {f"eval/{k}": v for k, v in rollout_metrics(trajs).items()}
+
+    def run(self) -> dict[str, Any]:
+        return asyncio.run(self._run())
+
+
+def run_grpo(cfg: GRPOConfig, resume: bool = False, on_step: Callable[[dict[str, Any]], None] | None = None,
+             env: Any = None) -> dict[str, Any]:
+    """Run (or resume) the loop; `env` overrides `cfg.env` with an env object (tests, notebooks)."""
+    return GRPOTrainer(cfg, resume, on_step, env).run()
+
+
+__all__ = ["GRPOTrainer", "rollout_metrics", "run_grpo"]

@@ -1,0 +1,100 @@
+"""Group-relative advantages and the policy-gradient losses, on one screen.
+
+Shapes: `logp`, `old_logp`, `ref_logp`, `mask` are [B, T] (token log-probs of the *sampled* tokens under the
+trainer, the behaviour policy and the reference; mask 1 on assistant-sampled tokens); `adv` is [B].
+
+Per-token objective (A = advantage, r = pi/pi_old per token):
+    grpo, dr_grpo, dapo:  -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)          (PPO clip; dapo: eps_high > eps_low)
+    gspo:                 the same with the sequence-level ratio s = exp(mean_t log r) for every token
+                          (token form sg[s] * pi/sg[pi], so the gradient is s * grad mean log pi)
+    cispo:                -sg[min(r, 1+eps_high_is)] * A * log pi               (clipped IS weight, never zero grad)
+  + kl_coef * k3(pi, pi_ref),  k3 = exp(ref - logp) - (ref - logp) - 1   (when a reference is given)
+
+Aggregation (`token_weights`), chosen so gradient accumulation over micro-batches gives the same gradient as one
+big batch -- the normalisers are counts over the *whole step*, passed in:
+    grpo, gspo:  mean over each sequence's tokens, then mean over sequences     (1 / (len_i * n_seqs))
+    dapo, cispo: mean over all tokens of the step                               (1 / n_tokens)
+    dr_grpo:     sum over tokens / (n_seqs * max_len), a constant               (no length bias)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """Rewards [G*group_size] laid out group after group -> mean-centred advantages (optionally / group std).
+    A group with constant reward gets advantage 0 everywhere."""
+    r = rewards.float().view(-1, group_size)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if scale:
+        adv = adv / (r.std(dim=1, keepdim=True, unbiased=False) + eps)
+    return adv.view(-1)
+
+
+def token_weights(mask: torch.Tensor, loss_type: str, n_seqs: int, n_tokens: int, max_len: int) -> torch.Tensor:
+    """Weight of each token in the step's loss (see module docstring); `n_*` count the whole step."""
+    m = mask.float()
+    if loss_type in ("grpo", "gspo"):
+        return m / m.sum(-1, keepdim=True).clamp(min=1) / n_seqs
+    if loss_type in ("dapo", "cispo"):
+        return m / max(n_tokens, 1)
+    if loss_type == "dr_grpo":
+        return m / (n_seqs * max_len)
+    raise ValueError(f"unknown loss_type {loss_type!r}; known: {LOSS_TYPES}")
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    weights: torch.Tensor,
+    loss_type: str = "grpo",
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    eps_high_is: float = 5.0,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The step's loss contribution of these sequences (sum of weighted per-token terms) and detached stats."""
+    m = (weights > 0).float()
+    A = adv[:, None].to(logp.dtype)
+    log_r = (logp - old_logp) * m
+    if loss_type == "gspo":
+        seq = log_r.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)
+        log_r = seq.detach() + logp - logp.detach()
+    ratio = torch.exp(log_r)
+    if loss_type == "cispo":
+        per_tok = -torch.clamp(ratio, max=1 + eps_high_is).detach() * A * logp
+        clipped = (ratio > 1 + eps_high_is).float()
+    else:
+        clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+        per_tok = -torch.min(ratio * A, clipped_ratio * A)
+        clipped = ((ratio * A) > (clipped_ratio * A)).float()  # the clip is active (gradient cut)
+    kl = torch.zeros_like(logp)
+    if ref_logp is not None:
+        d = ref_logp - logp
+        kl = torch.exp(d) - d - 1
+        if kl_coef:
+            per_tok = per_tok + kl_coef * kl
+    loss = (per_tok * weights).sum()
+    n = m.sum().clamp(min=1)
+    stats = {
+        "clip_frac": float((clipped * m).sum() / n),
+        "kl": float((kl.detach() * m).sum() / n),
+        "ratio_mean": float((ratio.detach() * m).sum() / n),
+        "tokens": float(m.sum()),
+    }
+    return loss, stats
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(ids[t] | ids[<t]) from causal-LM logits [B, T, V] -> [B, T] (position 0 gets 0).
+    Uses logits / temperature, matching the sampler's logprobs."""
+    lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+    out = lp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(out[:, :1]), out], dim=1)
