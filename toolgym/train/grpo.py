@@ -1,5 +1,6 @@
 """The GRPO loop, colocated: the in-process transformers engine samples with the very model object being trained
-(no weight copy, no sync), then the trainer takes one optimizer step on the same weights.
+(no weight copy, no sync), then the trainer takes one optimizer step on the same weights. With `engine = "vllm"`
+an in-process vLLM engine samples instead and gets the new weights in place after every step (`sync_sampler`).
 
 One step:
   1. examples: `step_examples(step)` -- a stratified slice of the task pool (every difficulty group present);
@@ -96,9 +97,17 @@ class GRPOTrainer:
         if cfg.kl_coef > 0 and not self.is_lora:  # LoRA: the reference is the base with the adapter disabled
             self.ref = load_model(cfg.model_copy(update={"lora": None}))[0] if ckpt else copy.deepcopy(self.model)
             self.ref.eval().requires_grad_(False)
-        self.policy = HFPolicy(model=self.model, tokenizer=self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
-                               max_tokens=cfg.max_tokens, seed=cfg.seed, max_batch=cfg.concurrency,
-                               num_threads=cfg.num_threads or "auto")
+        sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed,
+                        max_batch=cfg.concurrency)
+        if cfg.engine == "vllm":  # a second copy of the weights, inside vLLM, synced after every optimizer step
+            from toolgym.models.vllm_engine import VLLMPolicy
+
+            self.policy: Any = VLLMPolicy(cfg.model, **{**sampling, **cfg.engine_args})
+            if ckpt is not None:  # resumed: the engine loaded the starting weights, push the checkpoint's
+                self.sync_sampler()
+        else:
+            self.policy = HFPolicy(model=self.model, tokenizer=self.tok, num_threads=cfg.num_threads or "auto",
+                                   **sampling)
         self.opt, self.sched = make_optimizer(cfg, self.model, cfg.max_steps * cfg.updates_per_batch)
         self.step = 0
         if ckpt is not None:
@@ -107,6 +116,25 @@ class GRPOTrainer:
         self.dev = next(self.model.parameters()).device
         self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
         self.resumed_from = self.step
+
+    # ------------------------------------------------------------------------------------------------ sampler
+    def sync_sampler(self) -> float:
+        """Push the trainer's current weights into a separate sampler engine (vllm); returns seconds taken.
+        LoRA: the adapter is merged for the copy (HF names, `base_layer` unwrapped) and unmerged again."""
+        if self.cfg.engine == "hf" or not self.cfg.sync_weights:
+            return 0.0
+        t0 = time.perf_counter()
+        if self.is_lora:
+            self.model.merge_adapter()
+            try:
+                sd = {k.replace(".base_layer", ""): v.detach().clone()
+                      for k, v in self.model.get_base_model().state_dict().items() if "lora_" not in k}
+            finally:
+                self.model.unmerge_adapter()
+        else:
+            sd = self.model.state_dict()
+        self.policy.update_weights(sd)
+        return time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------------------ rollouts
     async def rollouts(self, step: int) -> list[Trajectory]:
@@ -221,11 +249,12 @@ class GRPOTrainer:
                 gen = self.policy.queue.stats()
                 st = self.update(trajs)
                 t2 = time.perf_counter()
+                sync_s = self.sync_sampler()
                 self.step += 1
                 rec = {"step": self.step, **rollout_metrics(trajs), **st, "lr": _lr_of(self.sched),
                        "rollout_s": t1 - t0, "train_s": t2 - t1,
                        "gen_tokens_per_s": gen["generated_tokens"] / max(gen["generate_s"], 1e-9),
-                       "gen_mean_batch": gen["mean_batch_size"]}
+                       "gen_mean_batch": gen["mean_batch_size"], "sync_s": sync_s}
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0

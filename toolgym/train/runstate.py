@@ -68,6 +68,8 @@ def set_threads(cfg: Any, model: Any) -> None:
     to split; on this shared 2-core machine a 0.2M-model train step took 10 s with 2 threads vs 1.4 s with 1)."""
     import torch
 
+    if getattr(cfg, "engine", "hf") == "vllm":  # vLLM's CPU kernels check torch's thread count against their own
+        return
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     elif next(model.parameters()).device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 20_000_000:
