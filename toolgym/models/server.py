@@ -95,6 +95,22 @@ class VLLMServerPolicy(ModelPolicy):
     def stats(self) -> dict[str, float]:  # type: ignore[override]
         return {"requests": self._requests, "generated_tokens": self._tokens, "request_s": self._busy}
 
+    def reload_weights(self, weights_dir: str, timeout_s: float = 600.0) -> None:
+        """Make the server load new weights in place from `weights_dir` (safetensors in checkpoint format, on a
+        filesystem the server can read): vLLM's dev-mode `/collective_rpc` -> `reload_weights(weights_path=...)`,
+        then `/reset_prefix_cache`. The server must run with `VLLM_SERVER_DEV_MODE=1` (vLLM >= 0.1x)."""
+        import httpx
+
+        root = self.base_url.removesuffix("/v1")
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir), "is_checkpoint_format": True},
+                "timeout": timeout_s}
+        r = httpx.post(f"{root}/collective_rpc", json=body, headers=self.client.headers, timeout=timeout_s)
+        if r.status_code == 404:
+            raise RuntimeError(f"{root} has no /collective_rpc: start the vLLM server with VLLM_SERVER_DEV_MODE=1 "
+                               "to let the trainer push weights")
+        r.raise_for_status()
+        httpx.post(f"{root}/reset_prefix_cache", headers=self.client.headers, timeout=timeout_s).raise_for_status()
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

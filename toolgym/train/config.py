@@ -79,11 +79,15 @@ class GRPOConfig(ModelTrainConfig):
     concurrency: int = Field(64, ge=1, description="Rollouts in flight (batched together by the engine).")
     drop_errored: bool = Field(True, description="Drop groups containing an errored rollout (else error = reward 0).")
     skip_constant_groups: bool = Field(False, description="Leave zero-advantage groups out of the backward pass (faster; same gradient except normalisers).")
-    engine: Literal["hf", "vllm"] = Field(
+    engine: Literal["hf", "vllm", "vllm-server"] = Field(
         "hf", description="Sampler: hf = in-process transformers sharing the trainer's weights (no copy, no sync); "
-        "vllm = in-process vLLM engine on the same machine, its weights updated in place after every optimizer step.")
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="Extra options of the vllm engine "
-        "(toolgym.models.vllm_engine.VLLMPolicy: gpu_memory_utilization, max_model_len, dtype, enable_sleep_mode...).")
+        "vllm = in-process vLLM engine, its weights updated in place after every optimizer step; vllm-server = a "
+        "vLLM OpenAI server (engine_args.base_url, started with VLLM_SERVER_DEV_MODE=1) sampling token-exact, "
+        "weights pushed after every step through a safetensors folder both sides can read.")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="Extra options of the sampler: vllm -> "
+        "toolgym.models.vllm_engine.VLLMPolicy (gpu_memory_utilization, max_model_len, enable_sleep_mode...); "
+        "vllm-server -> toolgym.models.server.VLLMServerPolicy (base_url, served_model_name, api_key) plus "
+        "sync_dir (default OUTPUT/weights_sync).")
     sync_weights: bool = Field(True, description="vllm engine: push the trainer's weights after each step (False "
         "only to measure the drift of a stale sampler).")
     eval_every: int = Field(0, ge=0, description="Every N steps run a greedy eval on eval_examples fresh tasks (0 = off).")

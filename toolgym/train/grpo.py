@@ -22,6 +22,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from toolgym.train.config import GRPOConfig
@@ -105,6 +106,13 @@ class GRPOTrainer:
             self.policy: Any = VLLMPolicy(cfg.model, **{**sampling, **cfg.engine_args})
             if ckpt is not None:  # resumed: the engine loaded the starting weights, push the checkpoint's
                 self.sync_sampler()
+        elif cfg.engine == "vllm-server":  # a remote vLLM server; weights go through a folder it can read
+            from toolgym.models.server import VLLMServerPolicy
+
+            args = dict(cfg.engine_args)
+            self.sync_dir = Path(args.pop("sync_dir", cfg.output_dir / "weights_sync"))
+            self.policy = VLLMServerPolicy(cfg.model, tokenizer=self.tok, **{**sampling, **args})
+            self.sync_sampler()  # the server may hold other weights (an earlier run): start from ours
         else:
             self.policy = HFPolicy(model=self.model, tokenizer=self.tok, num_threads=cfg.num_threads or "auto",
                                    **sampling)
@@ -133,8 +141,33 @@ class GRPOTrainer:
                 self.model.unmerge_adapter()
         else:
             sd = self.model.state_dict()
-        self.policy.update_weights(sd)
+        if self.cfg.engine == "vllm":
+            self.policy.update_weights(sd)
+        else:
+            self._push_to_server(sd)
         return time.perf_counter() - t0
+
+    def _push_to_server(self, sd: dict[str, Any]) -> None:
+        """Write the weights as one safetensors file into a fresh folder, have the server reload from it, then
+        delete older folders."""
+        import shutil
+
+        from safetensors.torch import save_file
+
+        seen: set[int] = set()
+        flat = {}
+        for k, v in sd.items():  # tied tensors (embeddings = lm_head) are copied: vLLM reloads each name it knows
+            v = v.detach().to("cpu").contiguous()
+            flat[k] = v.clone() if v.data_ptr() in seen else v
+            seen.add(v.data_ptr())
+        self.syncs = getattr(self, "syncs", 0) + 1
+        d = self.sync_dir / f"v{self.syncs}"
+        d.mkdir(parents=True, exist_ok=True)
+        save_file(flat, str(d / "model.safetensors"))
+        self.policy.reload_weights(str(d))
+        for old in self.sync_dir.glob("v*"):
+            if old != d:
+                shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------ rollouts
     async def rollouts(self, step: int) -> list[Trajectory]:
@@ -243,7 +276,7 @@ class GRPOTrainer:
         try:
             while self.step < cfg.max_steps:
                 t0 = time.perf_counter()
-                self.policy.queue.reset_stats()
+                self.policy.queue.reset_stats()  # (vllm-server: the server batches; stats stay 0)
                 trajs = await self.rollouts(self.step)
                 t1 = time.perf_counter()
                 gen = self.policy.queue.stats()
