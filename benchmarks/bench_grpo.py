@@ -3,7 +3,7 @@
 Work: the same tiny model (built fresh with `init_tiny`, same seed), the same single-turn prompts (the digits toy
 task: system + user message, reward = share of digits written), `--examples` prompts x `--group` completions per
 step, `--max-tokens` new tokens, temperature 1, one optimizer step per batch, no KL, no checkpoints, 1 torch thread
-for both (the shared 2-core box; see docs/readme/train.md). Reports the median step time after `--warmup` steps,
+for both (the shared 2-core box; see the Training section of README.md). Reports the median step time after `--warmup` steps,
 and the ratio toolgym / TRL. Writes JSON to --out.
 
     python benchmarks/bench_grpo.py --steps 4 --examples 4 --group 8 --max-tokens 32

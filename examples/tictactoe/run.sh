@@ -6,6 +6,7 @@ set -euo pipefail
 R=runs/tictactoe
 X=examples/tictactoe
 N=${N:-100}   # games per eval
+SIZE=${SIZE:-small}   # tiny model size: tiny (0.2M) | small (0.9M, measured best here) | base (4.3M)
 
 ev() {  # ev NAME MODEL_DIR
   for opp in random optimal; do
@@ -16,7 +17,7 @@ ev() {  # ev NAME MODEL_DIR
 }
 
 case "${1:-all}" in
-  init)  toolgym model init-tiny --out $R/tiny ;;
+  init)  toolgym model init-tiny --out $R/tiny --size "$SIZE" ;;
   synth) toolgym synth tictactoe --teacher scripted:imperfect --teacher-arg mistake_prob=0.3 -n 200 \
            --drop-if loss --require-valid -a transport=inprocess -a min_random_move_prob=0.2 \
            -a max_random_move_prob=0.7 -a num_groups=4 -o $R/teacher.jsonl --hf-out $R/teacher_hf ;;
