@@ -176,3 +176,43 @@ def test_dataset_stratified_and_validated() -> None:
         TicTacToeEnv(min_random_move_prob=0.7, max_random_move_prob=0.2)
     with pytest.raises(ValueError, match="transport"):
         TicTacToeEnv(transport="carrier-pigeon")
+
+
+def _x_to_move_positions() -> set[str]:
+    """Every legal non-terminal position with X to move (either side may have started)."""
+    seen: set[str] = set()
+
+    def walk(board: str, to_move: str) -> None:
+        if g.is_over(board):
+            return
+        if to_move == "X":
+            if board in seen:
+                return
+            seen.add(board)
+        for c in g.free_cells(board):
+            walk(g.play(board, c, to_move), g.other(to_move))
+
+    walk(g.EMPTY * 9, "X")
+    walk(g.EMPTY * 9, "O")
+    return seen
+
+
+def test_teacher_reasons_are_true_and_moves_are_best() -> None:
+    """The expert's think block (what SFT imitates) states a true reason, and the move it names is minimax-best."""
+    from toolgym_tictactoe import completing_cells, explain_best_move
+
+    kinds: Counter = Counter()
+    for board in _x_to_move_positions():
+        cell, why = explain_best_move(board)
+        assert cell in g.best_moves(board, "X"), (board, cell)
+        assert why.endswith(f"I play {cell}."), why
+        if why.startswith("I can win"):
+            kinds["win"] += 1
+            assert g.winner(g.play(board, cell, "X")) == "X"
+        elif why.startswith("O threatens"):
+            kinds["block"] += 1
+            assert not completing_cells(board, "X") and g.winner(g.play(board, cell, "O")) == "O"
+        else:
+            kinds["quiet"] += 1
+            assert not completing_cells(board, "X") and not completing_cells(board, "O")
+    assert min(kinds.values()) > 50, kinds  # all three kinds of reason occur

@@ -37,8 +37,10 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def default_model(env: Any) -> str:
-    return getattr(env, "default_policy", None) or "scripted:reference"
+def default_model(env: Any) -> tuple[str, dict[str, Any]]:
+    """The env's embedded default policy URI and its sampling options (used when no --model is given)."""
+    return (getattr(env, "default_policy", None) or "scripted:reference",
+            dict(getattr(env, "default_policy_options", None) or {}))
 
 
 @app.command("eval")
@@ -74,9 +76,12 @@ def eval_cmd(
         env = load_env(env_name, **env_args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         _fail(str(exc))
-    model = model or default_model(env)
-    options = {"base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
-               "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)}
+    defaults: dict[str, Any] = {}
+    if model is None:
+        model, defaults = default_model(env)
+    options = {**defaults, **{k: v for k, v in {
+        "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
+        "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)}.items() if v is not None}}
     try:
         policy = load_policy(model, env, **{k: v for k, v in options.items() if v is not None})
     except (ValueError, ImportError, OSError) as exc:
@@ -207,8 +212,12 @@ def serve_cmd(
         _fail("--transport must be stdio or streamable-http")
     env_args = parse_kv(env_arg)
     env = load_env(env_name, **env_args)
-    options = {"base_url": base_url, "temperature": temperature, **parse_kv(model_arg)}
-    policy = load_policy(model or default_model(env), env, **{k: v for k, v in options.items() if v is not None})
+    defaults: dict[str, Any] = {}
+    if model is None:
+        model, defaults = default_model(env)
+    options = {**defaults, **{k: v for k, v in {"base_url": base_url, "temperature": temperature,
+                                                   **parse_kv(model_arg)}.items() if v is not None}}
+    policy = load_policy(model, env, **options)
     srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     if transport == "stdio":

@@ -93,7 +93,8 @@ class StatefulToolEnv:
     visible_tools: ClassVar[set[str] | None] = None
     hidden_args: ClassVar[dict[str, list[str]]] = {}
     system_prompt: ClassVar[str | None] = None
-    default_policy: ClassVar[str | None] = None
+    default_policy: ClassVar[str | None] = None  # the policy `toolgym eval ENV` uses with no --model
+    default_policy_options: ClassVar[dict[str, Any]] = {}  # its sampling options (CLI flags override them)
     max_turns: int = 10
     tool_timeout: float = 30.0
     on_no_call: Literal["stop", "nudge"] = "stop"

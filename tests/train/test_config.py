@@ -70,3 +70,18 @@ def test_cli_bad_config_fails_before_work(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "max_steps" in res.output
     res = CliRunner().invoke(app, ["sft", "--set", "epochs=0", "--model", "m", "--out", "o", "--data", "x.jsonl"])
     assert res.exit_code == 2 and "epochs" in res.output
+
+
+def test_recipe_configs_validate() -> None:
+    """The tic-tac-toe recipe's files load (phase 2 inherits phase 1 and overrides what it changes)."""
+    from pathlib import Path
+
+    from toolgym.train.config import GRPOConfig, SFTConfig, load_config
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "tictactoe"
+    sft = load_config(SFTConfig, root / "sft.toml")
+    p1 = load_config(GRPOConfig, root / "grpo_phase1.toml")
+    p2 = load_config(GRPOConfig, root / "grpo_phase2.toml")
+    assert sft.epochs >= 1 and p1.loss_type == p2.loss_type == "cispo"
+    assert str(p2.model) == f"{p1.output_dir}/final" and p2.temperature > p1.temperature
+    assert p2.env_args["max_random_move_prob"] < p1.env_args["min_random_move_prob"] + 0.1

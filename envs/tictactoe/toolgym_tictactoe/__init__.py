@@ -12,8 +12,10 @@ Metrics: win, draw, loss, invalid_moves, moves.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
+from pathlib import Path
 from typing import Any
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
@@ -25,6 +27,19 @@ SYSTEM_PROMPT = (
     "On each turn, think briefly inside <think></think>, then call make_move with the cell you choose. "
     "Three in a row wins."
 )
+
+CHECKPOINT = Path(__file__).with_name("checkpoint")
+"""The committed tiny tic-tac-toe model (`examples/tictactoe/`, safetensors + tokenizer), shipped as package data."""
+
+
+def embedded_default_policy() -> str:
+    """`hf:<CHECKPOINT>` when the checkpoint and torch + transformers are installed, else the scripted minimax
+    expert (a torch-free install still gets a working `toolgym eval tictactoe`)."""
+    have = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+    if have and (CHECKPOINT / "model.safetensors").is_file():
+        return f"hf:{CHECKPOINT}"
+    return "scripted:minimax"
+
 
 _CELL = re.compile(r"^\s*(\S)\s*\|\s*(\S)\s*\|\s*(\S)\s*$")
 
@@ -60,7 +75,9 @@ class TicTacToeEnv(StatefulToolEnv):
     hidden_tools = {"new_game", "game_result", "end_game"}
     hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}
     system_prompt = SYSTEM_PROMPT
-    default_policy = "scripted:minimax"
+    default_policy = embedded_default_policy()
+    # greedy, like the recipe's evals
+    default_policy_options = {"temperature": 0.0, "max_tokens": 64} if default_policy.startswith("hf:") else {}
     max_turns = 8
     on_no_call = "nudge"
     nudge_message = "You must make your move by calling make_move with a free cell."
@@ -262,6 +279,32 @@ def format_ok(env, turns) -> float:  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------- scripted players
+PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)  # centre, corners, edges: the tie-break among equally good moves
+
+
+def completing_cells(board: str, side: str) -> list[int]:
+    """Free cells that would complete a line of three for `side`."""
+    from mcp_server_tictactoe import game as g
+
+    return [c for c in g.free_cells(board) if g.winner(g.play(board, c, side)) == side]
+
+
+def explain_best_move(board: str) -> tuple[int, str]:
+    """A minimax-best move for X and a short reason a small model can imitate token by token: win now, else block
+    O's line, else the first best move in centre/corner/edge order. The teacher's think block is this reason."""
+    from mcp_server_tictactoe import game as g
+
+    win = completing_cells(board, "X")
+    if win:
+        return win[0], f"I can win at {win[0]}. I play {win[0]}."
+    block = completing_cells(board, "O")
+    if block:
+        return block[0], f"O threatens {block[0]}; I block it. I play {block[0]}."
+    best = set(g.best_moves(board, "X"))
+    cell = next(c for c in PREFERENCE if c in best)
+    return cell, f"No threats. I play {cell}."
+
+
 def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: ignore[no-untyped-def]
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert)."""
@@ -278,9 +321,7 @@ def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: igno
         if rng.random() < mistake_prob:
             cell, why = rng.choice(free), "I'll play somewhere free."
         else:
-            best = g.best_moves(board, "X")
-            cell = rng.choice(best)
-            why = f"Best moves for X: {', '.join(map(str, best))}. I play {cell}."
+            cell, why = explain_best_move(board)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act
