@@ -36,3 +36,12 @@ def test_eval_with_no_model_flag_plays_the_checkpoint(tmp_path: Path) -> None:
     # recipe eval (100 games vs random): parse 97 %, legal moves 77 %, wins 53 %; a random-init model makes no call
     assert acc["parse_ok"] > 0.9 and acc["exec_ok"] > 0.6, acc
     assert summary["metrics"]["win"]["mean"] >= 0.25, summary["metrics"]["win"]
+
+
+def test_flags_override_the_default_options() -> None:
+    from toolgym.cli import policy_choice
+
+    env = TicTacToeEnv(transport="inprocess")
+    assert policy_choice(env, None, {"temperature": 0.8, "top_p": None}) == (
+        f"hf:{CHECKPOINT}", {"temperature": 0.8, "max_tokens": 64})
+    assert policy_choice(env, "scripted:random", {"temperature": None, "seed": 3}) == ("scripted:random", {"seed": 3})

@@ -37,10 +37,14 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def default_model(env: Any) -> tuple[str, dict[str, Any]]:
-    """The env's embedded default policy URI and its sampling options (used when no --model is given)."""
-    return (getattr(env, "default_policy", None) or "scripted:reference",
-            dict(getattr(env, "default_policy_options", None) or {}))
+def policy_choice(env: Any, model: str | None, flags: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The policy URI and its options: `--model` or else the env's embedded default (with its
+    `default_policy_options`), then every flag that was given (not None) on top."""
+    defaults: dict[str, Any] = {}
+    if model is None:
+        model = getattr(env, "default_policy", None) or "scripted:reference"
+        defaults = dict(getattr(env, "default_policy_options", None) or {})
+    return model, {**defaults, **{k: v for k, v in flags.items() if v is not None}}
 
 
 @app.command("eval")
@@ -76,14 +80,11 @@ def eval_cmd(
         env = load_env(env_name, **env_args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         _fail(str(exc))
-    defaults: dict[str, Any] = {}
-    if model is None:
-        model, defaults = default_model(env)
-    options = {**defaults, **{k: v for k, v in {
+    model, options = policy_choice(env, model, {
         "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
-        "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)}.items() if v is not None}}
+        "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
     try:
-        policy = load_policy(model, env, **{k: v for k, v in options.items() if v is not None})
+        policy = load_policy(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:
         _fail(str(exc))
     tasks = env.build_dataset(num_examples, seed=seed)
@@ -91,7 +92,7 @@ def eval_cmd(
         safe = model.replace("/", "_").replace(":", "-")
         out = Path("runs") / "eval" / f"{Path(env_name).stem}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
     info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
-            "sampling": {k: v for k, v in options.items() if k not in ("api_key",) and v is not None}}
+            "sampling": {k: v for k, v in options.items() if k != "api_key"}}
     total = len(tasks) * rollouts
     console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}  {len(tasks)} examples x {rollouts} rollouts, "
                   f"concurrency {concurrency} -> {out}")
@@ -212,11 +213,8 @@ def serve_cmd(
         _fail("--transport must be stdio or streamable-http")
     env_args = parse_kv(env_arg)
     env = load_env(env_name, **env_args)
-    defaults: dict[str, Any] = {}
-    if model is None:
-        model, defaults = default_model(env)
-    options = {**defaults, **{k: v for k, v in {"base_url": base_url, "temperature": temperature,
-                                                   **parse_kv(model_arg)}.items() if v is not None}}
+    model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature,
+                                                **parse_kv(model_arg)})
     policy = load_policy(model, env, **options)
     srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
