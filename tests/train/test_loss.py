@@ -128,3 +128,29 @@ def test_token_logprobs_alignment() -> None:
 def test_unknown_loss_type() -> None:
     with pytest.raises(ValueError, match="unknown loss_type"):
         token_weights(MASK, "ppo", 2, 3, 4)
+
+
+def test_masked_logprobs_match_full_logits(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    """The LM head runs only from the batch's first loss token on; on those tokens the log-probs equal the full
+    forward's, and they carry the gradient."""
+    from transformers import AutoModelForCausalLM
+
+    from toolgym.models.hf import supports_logits_to_keep
+    from toolgym.train.loss import masked_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert supports_logits_to_keep(model)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 100, (2, 12), generator=g)
+    attn = torch.ones_like(ids)
+    attn[1, 10:] = 0
+    mask = torch.zeros(2, 12)
+    mask[0, 7:] = 1
+    mask[1, 5:10] = 1  # the window starts at column 5
+    full = token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids, 0.7)
+    part = masked_logprobs(model, ids, attn, mask, 0.7)
+    assert part.shape == full.shape
+    assert torch.allclose(part * mask, full * mask, atol=1e-5)
+    assert torch.all(part[:, :4] == 0)
+    (part * mask).sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())

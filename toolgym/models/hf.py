@@ -12,6 +12,7 @@ the current weights without any copy).
 
 from __future__ import annotations
 
+import inspect
 import random
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ def resolve_device_dtype(device: str | None = "auto", dtype: str | None = "auto"
     return dev, dt
 
 
+def supports_logits_to_keep(model: Any) -> bool:
+    """Whether the causal LM's forward takes `logits_to_keep` (transformers >= 4.45 models; checked on the base
+    model under a peft wrapper): then the LM head can skip positions nobody reads."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def load_chat_template(value: str | None) -> str | None:
     """A template given inline or as a path to a .jinja file."""
     if value and "{" not in value and Path(value).is_file():
@@ -57,6 +65,7 @@ class HFEngine:
         cfg = getattr(model, "config", None)
         self.max_len = max_len or getattr(cfg, "max_position_embeddings", None) or 4096
         self._rng = random.Random(0)
+        self._keeps_logits = supports_logits_to_keep(model)
 
     @property
     def device(self) -> Any:
@@ -148,7 +157,8 @@ class HFEngine:
         for r in sub:
             gens.append(self._rng if r.params.seed is None else random.Random(int(r.params.seed)))
         ids, attn, pos = ids.to(dev), attn.to(dev), pos.to(dev)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        keep = {"logits_to_keep": 1} if self._keeps_logits else {}  # the prefill needs the last position only
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **keep)
         past = out.past_key_values
         logits = out.logits[:, -1, :]
         cur = pos[:, -1]

@@ -27,7 +27,7 @@ from typing import Any
 
 from toolgym.train.config import GRPOConfig
 from toolgym.train.data import pad_batch, step_examples
-from toolgym.train.loss import group_advantages, policy_loss, token_logprobs, token_weights
+from toolgym.train.loss import group_advantages, masked_logprobs, policy_loss, token_weights
 from toolgym.train.runstate import (
     MetricsLog,
     load_model,
@@ -183,8 +183,7 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ update
     def _logp(self, model: Any, b: dict[str, Any]) -> Any:
-        logits = model(input_ids=b["ids"], attention_mask=b["attn"]).logits
-        return token_logprobs(logits, b["ids"], self.cfg.temperature)
+        return masked_logprobs(model, b["ids"], b["attn"], b["mask"], self.cfg.temperature)
 
     def update(self, trajs: list[Trajectory]) -> dict[str, float]:
         import torch

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from toolgym.models.hf import supports_logits_to_keep
+
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
 
 
@@ -98,3 +100,19 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float =
     lp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
     out = lp.gather(-1, ids[:, 1:, None]).squeeze(-1)
     return torch.cat([torch.zeros_like(out[:, :1]), out], dim=1)
+
+
+def masked_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """`token_logprobs` of a forward pass, with the LM head and softmax run only from the batch's first masked
+    token on (`logits_to_keep`): prompt positions never need logits, and on long prompts they are most of the
+    sequence. Returns [B, T]; positions before the window are 0 (they carry no loss weight)."""
+    T = ids.shape[1]
+    cols = mask.detach().sum(0).nonzero()
+    first = int(cols[0]) if len(cols) else 1
+    if not supports_logits_to_keep(model) or first <= 1:
+        return token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids, temperature)
+    keep = T - first + 1  # logits at positions first-1 .. T-1 (the last, past the end, is dropped)
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+    window = token_logprobs(logits, ids[:, first - 1 :], temperature)  # [B, keep]; column 0 predicts nothing
+    return torch.cat([window.new_zeros(window.shape[0], first - 1), window], dim=1)
