@@ -100,6 +100,40 @@ def test_same_position_same_reply_through_the_server() -> None:
     asyncio.run(main())
 
 
+def test_piece_lists_agree_with_the_grid() -> None:
+    """Every board the server shows lists X's and O's cells ('X: 0, 4. O: 2, 8.') exactly where the grid has them."""
+    import re
+
+    from toolgym_tictactoe import parse_board
+
+    async def main() -> None:
+        s = await MCPSession.open(ServerSpec.inprocess(build_server()), build_server())
+        try:
+            seen = 0
+            for seed in range(4):
+                start = await s.call("new_game", {"seed": seed, "x_starts": seed % 2 == 0, "random_move_prob": 0.5})
+                gid, texts = start.json()["game_id"], [start.json()["board"]]
+                for x in [4, 0, 8, 2, 6, 1, 3, 5, 7]:
+                    r = await s.call("make_move", {"game_id": gid, "position": x})
+                    if not r.is_error:
+                        texts.append(r.text)
+                    if "Game over" in r.text:
+                        break
+                for text in texts:
+                    board = parse_board(text)
+                    xs, os_ = re.search(r"X: ([\d, ]+|none)\. O: ([\d, ]+|none)\.", text).groups()
+                    want = {side: ", ".join(str(i) for i, c in enumerate(board) if c == side) or "none"
+                            for side in "XO"}
+                    assert (xs, os_) == (want["X"], want["O"]), text
+                    seen += 1
+            assert seen > 12
+        finally:
+            await s.close()
+
+    asyncio.run(main())
+    assert g.pieces(".........") == "X: none. O: none."
+
+
 def _outcomes(trajs):
     assert all(t.error is None for t in trajs), [t.error for t in trajs if t.error][:3]
     return Counter(max(("win", "draw", "loss"), key=lambda k: t.metrics[k]) for t in trajs)

@@ -27,10 +27,12 @@ def test_synth_sft_plot(tiny_model: Path, tmp_path: Path) -> None:
 
     out = tmp_path / "sft"
     res = runner.invoke(app, ["sft", "--data", str(tmp_path / "hf"), "--model", str(tiny_model), "--out", str(out),
-                              "-s", "epochs=2", "-s", "batch_size=4", "-s", "micro_batch_size=2", "-s", "learning_rate=1e-2"])
+                              "-s", "epochs=4", "-s", "batch_size=4", "-s", "micro_batch_size=2", "-s", "learning_rate=5e-3"])
     assert res.exit_code == 0, res.output
     m = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(m) >= 2 and m[-1]["loss"] < m[0]["loss"]
+    per_epoch = len(m) // 4  # every epoch sees the same rows: compare the first epoch's mean loss with the last's
+    first, last = (sum(r["loss"] for r in part) / per_epoch for part in (m[:per_epoch], m[-per_epoch:]))
+    assert per_epoch >= 1 and last < 0.8 * first, (first, last)
     assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "tokenizer.json").is_file()
     res = runner.invoke(app, ["sft", "--data", str(data), "--model", str(tiny_model), "--out", str(out)])
     assert res.exit_code == 2 and "--resume" in res.output  # never silently overwrites a run

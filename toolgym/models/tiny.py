@@ -151,7 +151,9 @@ def tictactoe_corpus(rng: random.Random) -> Iterator[str]:
         b = "".join(board)
         free = ", ".join(str(i) for i, c in enumerate(b) if c == ".")
         pos = rng.choice([i for i, c in enumerate(b) if c == "."] or [4])
-        yield f"{_ttt_render(b)}\nYou are X. Your move. Free cells: {free}."
+        xs = ", ".join(str(i) for i, c in enumerate(b) if c == "X") or "none"
+        os_ = ", ".join(str(i) for i, c in enumerate(b) if c == "O") or "none"
+        yield f"{_ttt_render(b)}\nX: {xs}. O: {os_}.\nYou are X. Your move. Free cells: {free}."
         yield f"You played {pos}. Opponent played {rng.randint(0, 8)}.\n{_ttt_render(b)}"
         yield json.dumps({"name": "make_move", "arguments": {"position": pos}})
         yield f"<think>\nThe free cells are {free}. I will play {pos} to block the opponent and make a line.\n</think>"

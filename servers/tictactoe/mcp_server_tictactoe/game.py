@@ -84,6 +84,15 @@ def opponent_move(board: str, seed: int, random_move_prob: float, side: str = "O
     return rng.choice(best_moves(board, side))
 
 
+def pieces(board: str) -> str:
+    """Where the pieces are, as cell lists: 'X: 0, 4. O: 2, 8.' ('none' for a side without pieces). The same
+    position as `render`, in a form a reader can use without decoding the grid."""
+    def cells(side: str) -> str:
+        return ", ".join(str(i) for i, c in enumerate(board) if c == side) or "none"
+
+    return f"X: {cells('X')}. O: {cells('O')}."
+
+
 def render(board: str) -> str:
     """A 3x3 text board with cell numbers on free cells, e.g. ' X | 1 | O'."""
     rows = []

@@ -54,7 +54,7 @@ class Game:
         return cell
 
     def describe(self) -> str:
-        text = f"{g.render(self.board)}\n"
+        text = f"{g.render(self.board)}\n{g.pieces(self.board)}\n"
         status = self.status
         if status == "in_progress":
             free = ", ".join(str(c) for c in g.free_cells(self.board))
