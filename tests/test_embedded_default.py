@@ -33,9 +33,20 @@ def test_eval_with_no_model_flag_plays_the_checkpoint(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["errors"] == 0
     acc = summary["tool_accuracy"]["make_move"]
-    # recipe eval (100 games vs random): parse 97 %, legal moves 77 %, wins 53 %; a random-init model makes no call
-    assert acc["parse_ok"] > 0.9 and acc["exec_ok"] > 0.6, acc
-    assert summary["metrics"]["win"]["mean"] >= 0.25, summary["metrics"]["win"]
+    # recipe eval (100 games vs random): parse 96 %, legal moves 92 %, wins 64 %; a random-init model makes no call
+    assert acc["parse_ok"] > 0.9 and acc["exec_ok"] > 0.8, acc
+    assert summary["metrics"]["win"]["mean"] >= 0.3, summary["metrics"]["win"]
+
+
+def test_checkpoint_holds_draws_against_the_optimal_opponent(tmp_path: Path) -> None:
+    """The committed model is the GRPO phase-1 one: about half its games vs optimal are draws (its SFT start drew 21 %)."""
+    out = tmp_path / "ev"
+    res = CliRunner().invoke(app, ["eval", "tictactoe", "-n", "24", "-c", "24", "-a", "transport=inprocess",
+                                   "--seed", "12345", "-o", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    m = json.loads((out / "summary.json").read_text())["metrics"]
+    assert m["win"]["mean"] == 0.0  # nobody beats the optimal opponent
+    assert m["draw"]["mean"] >= 0.3, m["draw"]
 
 
 def test_flags_override_the_default_options() -> None:
