@@ -233,20 +233,63 @@ def _x_to_move_positions() -> set[str]:
 
 def test_teacher_reasons_are_true_and_moves_are_best() -> None:
     """The expert's think block (what SFT imitates) states a true reason, and the move it names is minimax-best."""
-    from toolgym_tictactoe import completing_cells, explain_best_move
+    from toolgym_tictactoe import completing_cells, explain_best_move, scan_lines
 
     kinds: Counter = Counter()
     for board in _x_to_move_positions():
         cell, why = explain_best_move(board)
         assert cell in g.best_moves(board, "X"), (board, cell)
-        assert why.endswith(f"I play {cell}."), why
-        if why.startswith("I can win"):
+        *scan, verdict = why.split("\n")
+        assert "\n".join(scan) == scan_lines(board) and verdict.endswith(f"I play {cell}."), why
+        assert [item.split(":")[0] for item in scan] == ["".join(map(str, line)) for line in g.LINES]
+        for item in scan:  # every line lists its three cells' contents (free cells by number) and its threat
+            cells, rest = item.split(": ")
+            contents, mark = rest.split()[:3], rest.split()[3:]
+            assert [board[int(c)] if board[int(c)] != "." else c for c in cells] == contents, item
+            for side, word in (("X", "win"), ("O", "block")):
+                if contents.count(side) == 2 and any(c.isdigit() for c in contents):
+                    assert mark == [word, next(c for c in contents if c.isdigit())], item
+            if not mark:
+                assert not any(contents.count(s) == 2 for s in "XO") or not any(c.isdigit() for c in contents)
+        if verdict.startswith("I win"):
             kinds["win"] += 1
             assert g.winner(g.play(board, cell, "X")) == "X"
-        elif why.startswith("O threatens"):
+        elif verdict.startswith("O wins"):
             kinds["block"] += 1
             assert not completing_cells(board, "X") and g.winner(g.play(board, cell, "O")) == "O"
         else:
             kinds["quiet"] += 1
             assert not completing_cells(board, "X") and not completing_cells(board, "O")
     assert min(kinds.values()) > 50, kinds  # all three kinds of reason occur
+
+
+def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_path) -> None:
+    """`examples/tictactoe/think_report.py` on real eval output: the minimax teacher's own games check out 100 % on
+    every column; the random player (which writes the scan, then `I'll play somewhere free.`) has every scan right and
+no verdict."""
+    import importlib.util
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from toolgym.cli import app
+
+    path = Path(__file__).parents[1] / "examples" / "tictactoe" / "think_report.py"
+    spec = importlib.util.spec_from_file_location("think_report", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    stats = {}
+    for player in ("minimax", "random"):
+        out = tmp_path / player
+        res = CliRunner().invoke(app, ["eval", "tictactoe", "-m", f"scripted:{player}", "-n", "40", "-a",
+                                       "transport=inprocess", "-a", "max_random_move_prob=1", "-a",
+                                       "min_random_move_prob=1", "-o", str(out)], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        stats[player] = mod.report([out])
+    teacher = stats["minimax"]
+    assert set(teacher) == {"win", "block", "quiet"}
+    for c in teacher.values():
+        assert c["turns"] > 0 and all(c[k] == c["turns"] for k in ("scan_ok", "verdict_ok", "move_as_said", "legal", "best"))
+    rnd = sum(stats["random"].values(), Counter())
+    assert rnd["legal"] == rnd["scan_ok"] == rnd["move_as_said"] == rnd["turns"] > 0
+    assert rnd["verdict_ok"] == 0 and rnd["best"] < rnd["turns"]

@@ -17,21 +17,23 @@ def row(summary: dict) -> tuple[float, float, float, float]:  # type: ignore[typ
 
 
 def main(root: Path) -> None:
-    print("| model | vs random W/D/L % | vs optimal W/D/L % | valid calls (random / optimal) |")
+    print("| model | vs random W/D/L % (seed 12345 · 777) | vs optimal W/D/L % (12345 · 777) | legal-move calls, random / optimal (12345) |")
     print("|---|---|---|---|")
     for name in ("base", "sft", "grpo1", "grpo2"):
-        cells = []
-        valid = []
+        cells, valid = [], []
         for opp in ("random", "optimal"):
-            f = root / "eval" / f"{name}-vs-{opp}" / "summary.json"
-            if not f.exists():
-                cells.append("-")
-                valid.append("-")
-                continue
-            w, d, l, v = row(json.loads(f.read_text()))
-            cells.append(f"{100 * w:.0f}/{100 * d:.0f}/{100 * l:.0f}")
-            valid.append(f"{100 * v:.1f}%")
-        print(f"| {name} | {cells[0]} | {cells[1]} | {' / '.join(valid)} |")
+            per_seed = []
+            for sfx in ("", "-777"):
+                f = root / "eval" / f"{name}-vs-{opp}{sfx}" / "summary.json"
+                if not f.exists():
+                    per_seed.append("-")
+                    continue
+                w, d, l, v = row(json.loads(f.read_text()))
+                per_seed.append(f"{100 * w:.0f}/{100 * d:.0f}/{100 * l:.0f}")
+                if not sfx:
+                    valid.append(f"{100 * v:.1f} %")
+            cells.append(" · ".join(per_seed))
+        print(f"| {name} | {cells[0]} | {cells[1]} | {' / '.join(valid) or '-'} |")
 
 
 if __name__ == "__main__":

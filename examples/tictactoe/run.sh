@@ -9,11 +9,14 @@ X=examples/tictactoe
 N=${N:-100}   # games per eval
 SIZE=${SIZE:-small}   # tiny model size: tiny (0.2M) | small (0.9M, measured best here) | base (4.3M)
 
-ev() {  # ev NAME MODEL_DIR
-  for opp in random optimal; do
-    if [ $opp = random ]; then p=1.0; else p=0.0; fi
-    toolgym eval tictactoe -m "hf:$2" -n "$N" -c 64 -t 0 --max-tokens 64 --seed 12345 \
-      -a transport=inprocess -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-vs-$opp"
+ev() {  # ev NAME MODEL_DIR: greedy, vs the random and the optimal opponent, two seeds (-777 suffix for the second)
+  for seed in 12345 777; do
+    for opp in random optimal; do
+      if [ $opp = random ]; then p=1.0; else p=0.0; fi
+      sfx=""; if [ $seed != 12345 ]; then sfx="-$seed"; fi
+      toolgym eval tictactoe -m "hf:$2" -n "$N" -c 64 -t 0 --max-tokens 144 --seed $seed \
+        -a transport=inprocess -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-vs-$opp$sfx"
+    done
   done
 }
 

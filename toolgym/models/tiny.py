@@ -133,6 +133,10 @@ TTT_TOOLS = [
 ]
 
 
+# the tic-tac-toe env's line scan (`toolgym_tictactoe.scan_lines`): rows, columns, diagonals
+_TTT_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
 @register_corpus("tictactoe")
 def tictactoe_corpus(rng: random.Random) -> Iterator[str]:
     """Boards, tool results, tool calls, thoughts and prompts of the tic-tac-toe environment."""
@@ -156,6 +160,13 @@ def tictactoe_corpus(rng: random.Random) -> Iterator[str]:
         yield f"{_ttt_render(b)}\nX: {xs}. O: {os_}.\nYou are X. Your move. Free cells: {free}."
         yield f"You played {pos}. Opponent played {rng.randint(0, 8)}.\n{_ttt_render(b)}"
         yield json.dumps({"name": "make_move", "arguments": {"position": pos}})
+        scan = "\n".join(
+            "".join(map(str, line)) + ": " + " ".join(b[i] if b[i] != "." else str(i) for i in line)
+            + rng.choice(["", "", f" win {line[0]}", f" block {line[2]}"])
+            for line in _TTT_LINES
+        )
+        verdict = rng.choice([f"I win at {pos}.", f"O wins at {pos}; I block.", "No threats.", "I'll play somewhere free."])
+        yield f"<think>\n{scan}\n{verdict} I play {pos}.\n</think>"
         yield f"<think>\nThe free cells are {free}. I will play {pos} to block the opponent and make a line.\n</think>"
         yield rng.choice(
             [

@@ -77,7 +77,7 @@ class TicTacToeEnv(StatefulToolEnv):
     system_prompt = SYSTEM_PROMPT
     default_policy = embedded_default_policy()
     # greedy, like the recipe's evals
-    default_policy_options = {"temperature": 0.0, "max_tokens": 64} if default_policy.startswith("hf:") else {}
+    default_policy_options = {"temperature": 0.0, "max_tokens": 144} if default_policy.startswith("hf:") else {}
     max_turns = 8
     on_no_call = "nudge"
     nudge_message = "You must make your move by calling make_move with a free cell."
@@ -289,20 +289,49 @@ def completing_cells(board: str, side: str) -> list[int]:
     return [c for c in g.free_cells(board) if g.winner(g.play(board, c, side)) == side]
 
 
-def explain_best_move(board: str) -> tuple[int, str]:
-    """A minimax-best move for X and a short reason a small model can imitate token by token: win now, else block
-    O's line, else the first best move in centre/corner/edge order. The teacher's think block is this reason."""
+def _threat(board: str, line: tuple[int, ...]) -> tuple[str, int] | None:
+    """('win', cell) if X has two in `line` and its third cell is free, ('block', cell) for O, else None."""
+    cells = [board[i] for i in line]
+    if cells.count(".") == 1:
+        free = line[cells.index(".")]
+        for side, what in (("X", "win"), ("O", "block")):
+            if cells.count(side) == 2:
+                return what, free
+    return None
+
+
+def scan_lines(board: str) -> str:
+    """The eight lines of three, one per text line: its cells, then their contents with free cells as their number,
+    and a mark on a line one move from three (`048: X X 8 win 8`, `258: O 5 O block 5`); rows, columns, diagonals.
+    The teacher writes this before its verdict, so a small model finds a threat one cell lookup at a time and one
+    text line at a time instead of in one step over the whole board; the spaces keep every content its own token."""
     from mcp_server_tictactoe import game as g
 
-    win = completing_cells(board, "X")
+    out = []
+    for line in g.LINES:
+        text = "".join(map(str, line)) + ": " + " ".join(board[i] if board[i] != g.EMPTY else str(i) for i in line)
+        mark = _threat(board, line)
+        out.append(text + (f" {mark[0]} {mark[1]}" if mark else ""))
+    return "\n".join(out)
+
+
+def explain_best_move(board: str) -> tuple[int, str]:
+    """A minimax-best move for X and a reason a small model can imitate token by token: the line scan
+    (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line, else the first
+    best move in centre/corner/edge order. The teacher's think block is this text."""
+    from mcp_server_tictactoe import game as g
+
+    scan = scan_lines(board)
+    marks = [m for m in (_threat(board, line) for line in g.LINES) if m]
+    win = [cell for what, cell in marks if what == "win"]
     if win:
-        return win[0], f"I can win at {win[0]}. I play {win[0]}."
-    block = completing_cells(board, "O")
+        return win[0], f"{scan}\nI win at {win[0]}. I play {win[0]}."
+    block = [cell for what, cell in marks if what == "block"]
     if block:
-        return block[0], f"O threatens {block[0]}; I block it. I play {block[0]}."
+        return block[0], f"{scan}\nO wins at {block[0]}; I block. I play {block[0]}."
     best = set(g.best_moves(board, "X"))
     cell = next(c for c in PREFERENCE if c in best)
-    return cell, f"No threats. I play {cell}."
+    return cell, f"{scan}\nNo threats. I play {cell}."
 
 
 def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: ignore[no-untyped-def]
@@ -319,7 +348,8 @@ def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: igno
         if not free:
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
         if rng.random() < mistake_prob:
-            cell, why = rng.choice(free), "I'll play somewhere free."
+            cell = rng.choice(free)
+            why = f"{scan_lines(board)}\nI'll play somewhere free. I play {cell}."
         else:
             cell, why = explain_best_move(board)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
