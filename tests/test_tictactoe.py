@@ -246,11 +246,11 @@ def test_teacher_reasons_are_true_and_moves_are_best() -> None:
             cells, rest = item.split(": ")
             contents, mark = rest.split()[:3], rest.split()[3:]
             assert [board[int(c)] if board[int(c)] != "." else c for c in cells] == contents, item
+            expected: list[str] = []  # a mark exactly on lines one move from three, naming the free cell
             for side, word in (("X", "win"), ("O", "block")):
                 if contents.count(side) == 2 and any(c.isdigit() for c in contents):
-                    assert mark == [word, next(c for c in contents if c.isdigit())], item
-            if not mark:
-                assert not any(contents.count(s) == 2 for s in "XO") or not any(c.isdigit() for c in contents)
+                    expected = [word, next(c for c in contents if c.isdigit())]
+            assert mark == expected, item
         if verdict.startswith("I win"):
             kinds["win"] += 1
             assert g.winner(g.play(board, cell, "X")) == "X"
@@ -265,8 +265,8 @@ def test_teacher_reasons_are_true_and_moves_are_best() -> None:
 
 def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_path) -> None:
     """`examples/tictactoe/think_report.py` on real eval output: the minimax teacher's own games check out 100 % on
-    every column; the random player (which writes the scan, then `I'll play somewhere free.`) has every scan right and
-no verdict."""
+    every column; the random player (which writes the scan, then `I'll play somewhere free.`) has every scan right
+    and no verdict."""
     import importlib.util
     from pathlib import Path
 

@@ -43,8 +43,7 @@ def report(dirs: list[Path]) -> dict[str, Counter]:
                 think = (m.get("reasoning_content") or "").strip()
                 *scan, verdict = think.split("\n") if think else [""]
                 c["scan_ok"] += "\n".join(scan) == scan_lines(board)
-                want_cell, want = explain_best_move(board)
-                c["verdict_ok"] += verdict == want.split("\n")[-1]
+                c["verdict_ok"] += verdict == explain_best_move(board)[1].split("\n")[-1]
                 calls = m.get("tool_calls") or []
                 try:
                     move = int(json.loads(calls[0]["function"]["arguments"])["position"]) if calls else None
