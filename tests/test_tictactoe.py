@@ -263,6 +263,29 @@ def test_teacher_reasons_are_true_and_moves_are_best() -> None:
     assert min(kinds.values()) > 50, kinds  # all three kinds of reason occur
 
 
+def test_teacher_random_tie_break_spreads_over_best_moves() -> None:
+    """With an RNG the teacher draws its quiet move among all minimax-best moves (the same text otherwise), so SFT on
+    its games leaves RL more than one good move to choose from; a bad `tie_break` is refused up front."""
+    import random
+
+    from toolgym_tictactoe import _minimax_player, explain_best_move
+
+    rng, differs, spread = random.Random(0), 0, Counter()
+    for board in _x_to_move_positions():
+        fixed = explain_best_move(board)
+        cell, why = explain_best_move(board, rng)
+        assert cell in g.best_moves(board, "X") and why.endswith(f"I play {cell}.")
+        assert why.split("\n")[:-1] == fixed[1].split("\n")[:-1]  # the scan is the same text
+        if not why.endswith("No threats. I play %d." % cell):
+            assert (cell, why) == fixed  # a win or a block has one answer
+        differs += cell != fixed[0]
+        if board == "." * 9:
+            spread.update(explain_best_move(board, rng)[0] for _ in range(200))
+    assert differs > 100 and len(spread) == 9, (differs, spread)  # every opening cell draws (all are minimax-best)
+    with pytest.raises(ValueError, match="tie_break"):
+        _minimax_player(0.0, 0, "centre")
+
+
 def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_path) -> None:
     """`examples/tictactoe/think_report.py` on real eval output: the minimax teacher's own games check out 100 % on
     every column; the random player (which writes the scan, then `I'll play somewhere free.`) has every scan right
@@ -279,17 +302,52 @@ def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_p
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     stats = {}
-    for player in ("minimax", "random"):
-        out = tmp_path / player
-        res = CliRunner().invoke(app, ["eval", "tictactoe", "-m", f"scripted:{player}", "-n", "40", "-a",
+    for name, player, extra in (("minimax", "minimax", []), ("minimax-tb", "minimax", ["--model-arg", "tie_break=random"]),
+                                ("random", "random", [])):
+        out = tmp_path / name
+        res = CliRunner().invoke(app, ["eval", "tictactoe", "-m", f"scripted:{player}", *extra, "-n", "40", "-a",
                                        "transport=inprocess", "-a", "max_random_move_prob=1", "-a",
                                        "min_random_move_prob=1", "-o", str(out)], catch_exceptions=False)
         assert res.exit_code == 0, res.output
-        stats[player] = mod.report([out])
-    teacher = stats["minimax"]
-    assert set(teacher) == {"win", "block", "quiet"}
-    for c in teacher.values():
-        assert c["turns"] > 0 and all(c[k] == c["turns"] for k in ("scan_ok", "verdict_ok", "move_as_said", "legal", "best"))
+        stats[name] = mod.report([out])
+    for teacher in (stats["minimax"], stats["minimax-tb"]):  # either tie-break: every quiet verdict names a best move
+        assert set(teacher) == {"win", "block", "quiet"}
+        for c in teacher.values():
+            assert c["turns"] > 0 and all(c[k] == c["turns"] for k in ("scan_ok", "verdict_ok", "move_as_said", "legal", "best"))
     rnd = sum(stats["random"].values(), Counter())
     assert rnd["legal"] == rnd["scan_ok"] == rnd["move_as_said"] == rnd["turns"] > 0
     assert rnd["verdict_ok"] == 0 and rnd["best"] < rnd["turns"]
+
+
+def test_ceiling_walks_the_envs_game_tree(tmp_path) -> None:
+    """`examples/tictactoe/ceiling.py`: exact outcome probabilities sum to one, no minimax player loses, the safe
+    best-response is at least as good as either teacher, and the exact teacher numbers agree with the real env (200
+    sampled games of `scripted:minimax` vs the random opponent, through the server)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from toolgym.cli import app
+
+    path = Path(__file__).parents[1] / "examples" / "tictactoe" / "ceiling.py"
+    spec = importlib.util.spec_from_file_location("ceiling", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for p in (0.0, 0.45, 1.0):
+        res = {name: mod.exact_outcome(name, p) for name in mod.PLAYERS}
+        for w, d, lo in res.values():
+            assert abs(w + d + lo - 1) < 1e-9 and lo < 1e-12
+        assert mod._score(res["best-safe"]) >= max(mod._score(res["teacher"]), mod._score(res["teacher-random"]))
+    assert mod.exact_outcome("teacher", 0.0)[1] == pytest.approx(1.0)
+    assert mod.exact_outcome("best-safe", 1.0)[0] > mod.exact_outcome("teacher", 1.0)[0] + 0.03
+    with pytest.raises(ValueError, match="player"):
+        mod.exact_outcome("oracle", 1.0)
+    out = tmp_path / "mm"
+    r = CliRunner().invoke(app, ["eval", "tictactoe", "-m", "scripted:minimax", "-n", "200", "-a", "transport=inprocess",
+                                 "-a", "max_random_move_prob=1", "-a", "min_random_move_prob=1", "-o", str(out)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    wins = [json.loads(line)["metrics"]["win"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert abs(sum(wins) / len(wins) - mod.exact_outcome("teacher", 1.0)[0]) < 0.07  # 3.3 standard errors

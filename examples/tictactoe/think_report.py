@@ -4,7 +4,8 @@ assistant turn against the teacher (`toolgym_tictactoe.explain_best_move`).
     python examples/tictactoe/think_report.py runs/tictactoe/eval/sft-vs-optimal [more eval dirs]
 
 Per turn kind (win / block / quiet: what the position needs) it prints how often the line scan is copied right,
-the verdict is right, the move is the one the think block names, and the move is minimax-best.
+the verdict is right, the move is the one the think block names, and the move is minimax-best. A quiet verdict
+counts as right when it names any minimax-best move (the teacher's `tie_break=random` draws among them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ def turn_kind(board: str) -> str:
     return "block" if completing_cells(board, "O") else "quiet"
 
 
+def verdict_ok(board: str, verdict: str) -> bool:
+    """The teacher's verdict for `board`; in a quiet position `No threats. I play N.` with any minimax-best N."""
+    if turn_kind(board) == "quiet":
+        return verdict in {f"No threats. I play {c}." for c in g.best_moves(board, "X")}
+    return verdict == explain_best_move(board)[1].split("\n")[-1]
+
+
 def report(dirs: list[Path]) -> dict[str, Counter]:
     stats: dict[str, Counter] = {}
     for d in dirs:
@@ -43,7 +51,7 @@ def report(dirs: list[Path]) -> dict[str, Counter]:
                 think = (m.get("reasoning_content") or "").strip()
                 *scan, verdict = think.split("\n") if think else [""]
                 c["scan_ok"] += "\n".join(scan) == scan_lines(board)
-                c["verdict_ok"] += verdict == explain_best_move(board)[1].split("\n")[-1]
+                c["verdict_ok"] += verdict_ok(board, verdict)
                 calls = m.get("tool_calls") or []
                 try:
                     move = int(json.loads(calls[0]["function"]["arguments"])["position"]) if calls else None

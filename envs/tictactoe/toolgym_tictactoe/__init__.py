@@ -168,10 +168,13 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def scripted_players(self) -> dict[str, Any]:
         return {
-            "minimax": lambda env, **o: ScriptedPolicy(_minimax_player(0.0, o.get("seed")), "scripted:minimax"),
+            "minimax": lambda env, **o: ScriptedPolicy(
+                _minimax_player(0.0, o.get("seed"), o.get("tie_break", "preference")), "scripted:minimax"
+            ),
             "random": lambda env, **o: ScriptedPolicy(_minimax_player(1.0, o.get("seed")), "scripted:random"),
             "imperfect": lambda env, **o: ScriptedPolicy(
-                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed")), "scripted:imperfect"
+                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed"), o.get("tie_break", "preference")),
+                "scripted:imperfect",
             ),
         }
 
@@ -315,10 +318,11 @@ def scan_lines(board: str) -> str:
     return "\n".join(out)
 
 
-def explain_best_move(board: str) -> tuple[int, str]:
+def explain_best_move(board: str, rng: random.Random | None = None) -> tuple[int, str]:
     """A minimax-best move for X and a reason a small model can imitate token by token: the line scan
-    (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line, else the first
-    best move in centre/corner/edge order. The teacher's think block is this text."""
+    (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line, else a best
+    move: the first in centre/corner/edge order, or with `rng` one drawn uniformly among all minimax-best moves.
+    The teacher's think block is this text."""
     from mcp_server_tictactoe import game as g
 
     scan = scan_lines(board)
@@ -329,14 +333,20 @@ def explain_best_move(board: str) -> tuple[int, str]:
     block = [cell for what, cell in marks if what == "block"]
     if block:
         return block[0], f"{scan}\nO wins at {block[0]}; I block. I play {block[0]}."
-    best = set(g.best_moves(board, "X"))
-    cell = next(c for c in PREFERENCE if c in best)
+    best = g.best_moves(board, "X")
+    cell = rng.choice(best) if rng is not None else next(c for c in PREFERENCE if c in best)
     return cell, f"{scan}\nNo threats. I play {cell}."
 
 
-def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: ignore[no-untyped-def]
+def _minimax_player(  # type: ignore[no-untyped-def]
+    mistake_prob: float, seed: int | None = None, tie_break: str = "preference"
+):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
-    random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert)."""
+    random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
+    among equally good quiet moves: "preference" (centre, corners, edges: one fixed answer per position) or "random"
+    (uniform over all minimax-best moves, so a model trained on its games keeps every good move in play for RL)."""
+    if tie_break not in ("preference", "random"):
+        raise ValueError(f"tie_break must be 'preference' or 'random', not {tie_break!r}")
     from mcp_server_tictactoe import game as g
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
@@ -351,7 +361,7 @@ def _minimax_player(mistake_prob: float, seed: int | None = None):  # type: igno
             cell = rng.choice(free)
             why = f"{scan_lines(board)}\nI'll play somewhere free. I play {cell}."
         else:
-            cell, why = explain_best_move(board)
+            cell, why = explain_best_move(board, rng if tie_break == "random" else None)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act

@@ -1,0 +1,87 @@
+"""Exact win/draw/loss of scripted tic-tac-toe players against the env's opponent, by walking the whole game tree
+(no sampling noise): what a model imitating the teacher can expect, and what is left for RL to find.
+
+    python examples/tictactoe/ceiling.py [--random-move-prob P ...]
+
+The opponent is the env's: a random free cell with probability P, else uniform among its minimax-best moves; who
+starts is a coin flip, as in the env's dataset. Players (X):
+- `teacher`: minimax, first best move in centre/corner/edge order (`scripted:minimax`);
+- `teacher-random`: minimax, uniform among the best moves (`tie_break=random`, what SFT data now shows);
+- `best-safe`: among the minimax-best moves (so it never loses to the optimal opponent), the one with the highest
+  expected reward against this opponent: the most a model trained from the teacher can reach without giving up a
+  draw against perfect play.
+All take an immediate win, else block, as the teacher's verdict does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import lru_cache
+
+from mcp_server_tictactoe import game as g
+from toolgym_tictactoe import PREFERENCE, completing_cells
+
+Outcome = tuple[float, float, float]  # P(win), P(draw), P(loss) for X
+PLAYERS = ("teacher", "teacher-random", "best-safe")
+
+
+def _mix(parts: list[tuple[float, Outcome]]) -> Outcome:
+    return tuple(sum(w * o[i] for w, o in parts) for i in range(3))  # type: ignore[return-value]
+
+
+def _score(o: Outcome, draw_reward: float = 0.5) -> float:
+    return o[0] + draw_reward * o[1]
+
+
+def exact_outcome(player: str, random_move_prob: float) -> Outcome:
+    """(win, draw, loss) probabilities of `player` as X against the env's opponent, over both starts."""
+    if player not in PLAYERS:
+        raise ValueError(f"player must be one of {PLAYERS}, not {player!r}")
+
+    @lru_cache(maxsize=None)
+    def x_to_move(board: str) -> Outcome:
+        if g.winner(board) == "O":
+            return (0.0, 0.0, 1.0)
+        if not g.free_cells(board):
+            return (0.0, 1.0, 0.0)
+        forced = completing_cells(board, "X")[:1] or completing_cells(board, "O")[:1]
+        best = g.best_moves(board, "X")
+        choices = forced or best
+        results = {c: after_x(g.play(board, c, "X")) for c in choices}
+        if forced:
+            return results[forced[0]]
+        if player == "teacher":
+            return results[next(c for c in PREFERENCE if c in best)]
+        if player == "teacher-random":
+            return _mix([(1 / len(best), results[c]) for c in best])
+        return max(results.values(), key=_score)
+
+    @lru_cache(maxsize=None)
+    def after_x(board: str) -> Outcome:
+        if g.winner(board) == "X":
+            return (1.0, 0.0, 0.0)
+        free = g.free_cells(board)
+        if not free:
+            return (0.0, 1.0, 0.0)
+        best_o = g.best_moves(board, "O")
+        parts = [(random_move_prob / len(free), x_to_move(g.play(board, c, "O"))) for c in free]
+        parts += [((1 - random_move_prob) / len(best_o), x_to_move(g.play(board, c, "O"))) for c in best_o]
+        return _mix(parts)
+
+    return _mix([(0.5, x_to_move(g.EMPTY * 9)), (0.5, after_x(g.EMPTY * 9))])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--random-move-prob", type=float, nargs="+", default=[1.0, 0.45, 0.0],
+                    help="opponent random-move probabilities (1 = the random opponent, 0 = the optimal one)")
+    args = ap.parse_args()
+    print(f"{'player':<15} {'opponent':>9}   win %  draw %  loss %  reward")
+    for p in args.random_move_prob:
+        for player in PLAYERS:
+            w, d, lo = exact_outcome(player, p)
+            print(f"{player:<15} {p:>9.2f}  {100 * w:6.1f}  {100 * d:6.1f}  {100 * lo:6.1f}  {_score((w, d, lo)):6.3f}")
+
+
+if __name__ == "__main__":
+    main()
