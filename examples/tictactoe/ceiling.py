@@ -6,7 +6,7 @@
 The opponent is the env's: a random free cell with probability P, else uniform among its minimax-best moves; who
 starts is a coin flip, as in the env's dataset. Players (X):
 - `teacher`: minimax, first best move in centre/corner/edge order (`scripted:minimax`);
-- `teacher-random`: minimax, uniform among the best moves (`tie_break=random`, what SFT data now shows);
+- `teacher-random`: minimax, uniform among the best moves (`--teacher-arg tie_break=random`);
 - `best-safe`: among the minimax-best moves (so it never loses to the optimal opponent), the one with the highest
   expected reward against this opponent: the most a model trained from the teacher can reach without giving up a
   draw against perfect play.
