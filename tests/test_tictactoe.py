@@ -286,6 +286,33 @@ def test_teacher_random_tie_break_spreads_over_best_moves() -> None:
         _minimax_player(0.0, 0, "centre")
 
 
+def test_teacher_exploit_tie_break_plays_the_best_safe_move() -> None:
+    """`tie_break="exploit"`: every quiet move is minimax-best (never loses to optimal play) and has the highest
+    expected reward vs a random opponent among those, so its value from the empty board is the exact best-safe
+    value `ceiling.py` computes independently; it differs from the fixed preference somewhere."""
+    import importlib.util
+    from pathlib import Path
+
+    from toolgym_tictactoe import explain_best_move, safe_value
+
+    changed = 0
+    for board in _x_to_move_positions():
+        cell, why = explain_best_move(board, exploit=True)
+        assert cell in g.best_moves(board, "X") and why.endswith(f"I play {cell}.")
+        if why.endswith(f"No threats. I play {cell}."):
+            after = safe_value(g.play(board, cell, "X"), False)
+            assert all(after >= safe_value(g.play(board, c, "X"), False) - 1e-12 for c in g.best_moves(board, "X"))
+        changed += cell != explain_best_move(board)[0]
+    assert changed > 20
+    path = Path(__file__).parents[1] / "examples" / "tictactoe" / "ceiling.py"
+    spec = importlib.util.spec_from_file_location("ceiling", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    exact = (safe_value("." * 9, True) + safe_value("." * 9, False)) / 2
+    assert exact == pytest.approx(mod._score(mod.exact_outcome("best-safe", 1.0)))
+    assert exact > mod._score(mod.exact_outcome("teacher", 1.0)) + 0.02
+
+
 def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_path) -> None:
     """`examples/tictactoe/think_report.py` on real eval output: the minimax teacher's own games check out 100 % on
     every column; the random player (which writes the scan, then `I'll play somewhere free.`) has every scan right

@@ -12,6 +12,7 @@ Metrics: win, draw, loss, invalid_moves, moves.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 import re
@@ -318,7 +319,24 @@ def scan_lines(board: str) -> str:
     return "\n".join(out)
 
 
-def explain_best_move(board: str, rng: random.Random | None = None) -> tuple[int, str]:
+@functools.lru_cache(maxsize=None)
+def safe_value(board: str, x_to_move: bool) -> float:
+    """Expected reward (win 1, draw 0.5) for X against the random opponent when X takes an immediate win, else
+    blocks, else plays the minimax-best move with the highest such value (`tie_break="exploit"`)."""
+    from mcp_server_tictactoe import game as g
+
+    if g.winner(board):
+        return 1.0 if g.winner(board) == "X" else 0.0
+    free = g.free_cells(board)
+    if not free:
+        return 0.5
+    if not x_to_move:
+        return sum(safe_value(g.play(board, c, "O"), True) for c in free) / len(free)
+    forced = completing_cells(board, "X")[:1] or completing_cells(board, "O")[:1]
+    return max(safe_value(g.play(board, c, "X"), False) for c in forced or g.best_moves(board, "X"))
+
+
+def explain_best_move(board: str, rng: random.Random | None = None, exploit: bool = False) -> tuple[int, str]:
     """A minimax-best move for X and a reason a small model can imitate token by token: the line scan
     (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line, else a best
     move: the first in centre/corner/edge order, or with `rng` one drawn uniformly among all minimax-best moves.
@@ -334,6 +352,9 @@ def explain_best_move(board: str, rng: random.Random | None = None) -> tuple[int
     if block:
         return block[0], f"{scan}\nO wins at {block[0]}; I block. I play {block[0]}."
     best = g.best_moves(board, "X")
+    if exploit:  # the best move against a random opponent among those that never lose; ties by preference
+        top = max(safe_value(g.play(board, c, "X"), False) for c in best)
+        best = [c for c in best if safe_value(g.play(board, c, "X"), False) >= top - 1e-12]
     cell = rng.choice(best) if rng is not None else next(c for c in PREFERENCE if c in best)
     return cell, f"{scan}\nNo threats. I play {cell}."
 
@@ -344,9 +365,10 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
     among equally good quiet moves: "preference" (centre, corners, edges: one fixed answer per position) or "random"
-    (uniform over all minimax-best moves, so a model trained on its games keeps every good move in play for RL)."""
-    if tie_break not in ("preference", "random"):
-        raise ValueError(f"tie_break must be 'preference' or 'random', not {tie_break!r}")
+    (uniform over all minimax-best moves, so a model trained on its games keeps every good move in play for RL) or
+    "exploit" (the minimax-best move that wins most often against a random opponent, `safe_value`)."""
+    if tie_break not in ("preference", "random", "exploit"):
+        raise ValueError(f"tie_break must be 'preference', 'random' or 'exploit', not {tie_break!r}")
     from mcp_server_tictactoe import game as g
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
@@ -361,7 +383,7 @@ def _minimax_player(  # type: ignore[no-untyped-def]
             cell = rng.choice(free)
             why = f"{scan_lines(board)}\nI'll play somewhere free. I play {cell}."
         else:
-            cell, why = explain_best_move(board, rng if tie_break == "random" else None)
+            cell, why = explain_best_move(board, rng if tie_break == "random" else None, tie_break == "exploit")
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act
