@@ -2,6 +2,7 @@
 # Tic-tac-toe recipe on CPU with the tiny offline model: teacher data -> SFT -> GRPO phase 1 -> GRPO phase 2,
 # each phase followed by an eval vs the random and the optimal opponent. Run from the repository root.
 # Teacher games: GAMES=4000 by default (200 never taught the 0.9M model legal moves; 2000 played worse; see README.md).
+# TIE_BREAK=exploit (teacher's quiet moves: the never-losing move that wins most vs random; see README.md) or random.
 # One command per phase: `bash examples/tictactoe/run.sh PHASE` with PHASE in init synth sft grpo1 grpo2 evals plot.
 set -euo pipefail
 R=runs/tictactoe
@@ -22,7 +23,7 @@ ev() {  # ev NAME MODEL_DIR: greedy, vs the random and the optimal opponent, two
 
 case "${1:-all}" in
   init)  toolgym model init-tiny --out $R/tiny --size "$SIZE" ;;
-  synth) toolgym synth tictactoe --teacher scripted:imperfect --teacher-arg mistake_prob=0.3 -n "${GAMES:-4000}" \
+  synth) toolgym synth tictactoe --teacher scripted:imperfect --teacher-arg mistake_prob=0.3 --teacher-arg tie_break="${TIE_BREAK:-preference}" -n "${GAMES:-4000}" \
            --drop-if loss --require-valid -a transport=inprocess -a min_random_move_prob=0.2 \
            -a max_random_move_prob=0.7 -a num_groups=4 -o $R/teacher.jsonl --hf-out $R/teacher_hf ;;
   sft)   toolgym sft $X/sft.toml && ev sft $R/sft/final ;;
