@@ -273,14 +273,14 @@ def test_teacher_random_tie_break_spreads_over_best_moves() -> None:
     rng, differs, spread = random.Random(0), 0, Counter()
     for board in _x_to_move_positions():
         fixed = explain_best_move(board)
-        cell, why = explain_best_move(board, rng)
+        cell, why = explain_best_move(board, "random", rng)
         assert cell in g.best_moves(board, "X") and why.endswith(f"I play {cell}.")
         assert why.split("\n")[:-1] == fixed[1].split("\n")[:-1]  # the scan is the same text
         if not why.endswith("No threats. I play %d." % cell):
             assert (cell, why) == fixed  # a win or a block has one answer
         differs += cell != fixed[0]
         if board == "." * 9:
-            spread.update(explain_best_move(board, rng)[0] for _ in range(200))
+            spread.update(explain_best_move(board, "random", rng)[0] for _ in range(200))
     assert differs > 100 and len(spread) == 9, (differs, spread)  # every opening cell draws (all are minimax-best)
     with pytest.raises(ValueError, match="tie_break"):
         _minimax_player(0.0, 0, "centre")
@@ -297,7 +297,7 @@ def test_teacher_exploit_tie_break_plays_the_best_safe_move() -> None:
 
     changed = 0
     for board in _x_to_move_positions():
-        cell, why = explain_best_move(board, exploit=True)
+        cell, why = explain_best_move(board, "exploit")
         assert cell in g.best_moves(board, "X") and why.endswith(f"I play {cell}.")
         if why.endswith(f"No threats. I play {cell}."):
             after = safe_value(g.play(board, cell, "X"), False)

@@ -19,7 +19,7 @@ import argparse
 from functools import lru_cache
 
 from mcp_server_tictactoe import game as g
-from toolgym_tictactoe import PREFERENCE, completing_cells
+from toolgym_tictactoe import explain_best_move, forced_move
 
 Outcome = tuple[float, float, float]  # P(win), P(draw), P(loss) for X
 PLAYERS = ("teacher", "teacher-random", "best-safe")
@@ -44,14 +44,13 @@ def exact_outcome(player: str, random_move_prob: float) -> Outcome:
             return (0.0, 0.0, 1.0)
         if not g.free_cells(board):
             return (0.0, 1.0, 0.0)
-        forced = completing_cells(board, "X")[:1] or completing_cells(board, "O")[:1]
+        forced = forced_move(board)
+        if forced is not None:
+            return after_x(g.play(board, forced, "X"))
         best = g.best_moves(board, "X")
-        choices = forced or best
-        results = {c: after_x(g.play(board, c, "X")) for c in choices}
-        if forced:
-            return results[forced[0]]
+        results = {c: after_x(g.play(board, c, "X")) for c in best}
         if player == "teacher":
-            return results[next(c for c in PREFERENCE if c in best)]
+            return results[explain_best_move(board)[0]]
         if player == "teacher-random":
             return _mix([(1 / len(best), results[c]) for c in best])
         return max(results.values(), key=_score)

@@ -319,6 +319,18 @@ def scan_lines(board: str) -> str:
     return "\n".join(out)
 
 
+def forced_move(board: str) -> int | None:
+    """The cell the teacher must play, if any: the first `win` line of the scan, else the first `block` line."""
+    from mcp_server_tictactoe import game as g
+
+    marks = [m for m in (_threat(board, line) for line in g.LINES) if m]
+    for kind in ("win", "block"):
+        for what, cell in marks:
+            if what == kind:
+                return cell
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def safe_value(board: str, x_to_move: bool) -> float:
     """Expected reward (win 1, draw 0.5) for X against the random opponent when X takes an immediate win, else
@@ -332,30 +344,31 @@ def safe_value(board: str, x_to_move: bool) -> float:
         return 0.5
     if not x_to_move:
         return sum(safe_value(g.play(board, c, "O"), True) for c in free) / len(free)
-    forced = completing_cells(board, "X")[:1] or completing_cells(board, "O")[:1]
-    return max(safe_value(g.play(board, c, "X"), False) for c in forced or g.best_moves(board, "X"))
+    forced = forced_move(board)
+    return max(safe_value(g.play(board, c, "X"), False) for c in ([forced] if forced is not None else g.best_moves(board, "X")))
 
 
-def explain_best_move(board: str, rng: random.Random | None = None, exploit: bool = False) -> tuple[int, str]:
+def explain_best_move(board: str, tie_break: str = "preference", rng: random.Random | None = None) -> tuple[int, str]:
     """A minimax-best move for X and a reason a small model can imitate token by token: the line scan
-    (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line, else a best
-    move: the first in centre/corner/edge order, or with `rng` one drawn uniformly among all minimax-best moves.
-    The teacher's think block is this text."""
+    (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line (`forced_move`),
+    else a best move chosen by `tie_break` (see `_minimax_player`; "random" draws with `rng`). The teacher's think
+    block is this text."""
     from mcp_server_tictactoe import game as g
 
     scan = scan_lines(board)
-    marks = [m for m in (_threat(board, line) for line in g.LINES) if m]
-    win = [cell for what, cell in marks if what == "win"]
-    if win:
-        return win[0], f"{scan}\nI win at {win[0]}. I play {win[0]}."
-    block = [cell for what, cell in marks if what == "block"]
-    if block:
-        return block[0], f"{scan}\nO wins at {block[0]}; I block. I play {block[0]}."
+    cell = forced_move(board)
+    if cell is not None:
+        if cell in completing_cells(board, "X"):
+            return cell, f"{scan}\nI win at {cell}. I play {cell}."
+        return cell, f"{scan}\nO wins at {cell}; I block. I play {cell}."
     best = g.best_moves(board, "X")
-    if exploit:  # the best move against a random opponent among those that never lose; ties by preference
+    if tie_break == "exploit":  # the best move against a random opponent among those that never lose
         top = max(safe_value(g.play(board, c, "X"), False) for c in best)
         best = [c for c in best if safe_value(g.play(board, c, "X"), False) >= top - 1e-12]
-    cell = rng.choice(best) if rng is not None else next(c for c in PREFERENCE if c in best)
+    if tie_break == "random":
+        cell = (rng or random.Random()).choice(best)
+    else:  # preference, and ties among exploit's best moves
+        cell = next(c for c in PREFERENCE if c in best)
     return cell, f"{scan}\nNo threats. I play {cell}."
 
 
@@ -383,7 +396,7 @@ def _minimax_player(  # type: ignore[no-untyped-def]
             cell = rng.choice(free)
             why = f"{scan_lines(board)}\nI'll play somewhere free. I play {cell}."
         else:
-            cell, why = explain_best_move(board, rng if tie_break == "random" else None, tie_break == "exploit")
+            cell, why = explain_best_move(board, tie_break, rng)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act
