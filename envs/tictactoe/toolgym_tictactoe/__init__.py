@@ -345,7 +345,8 @@ def safe_value(board: str, x_to_move: bool) -> float:
     if not x_to_move:
         return sum(safe_value(g.play(board, c, "O"), True) for c in free) / len(free)
     forced = forced_move(board)
-    return max(safe_value(g.play(board, c, "X"), False) for c in ([forced] if forced is not None else g.best_moves(board, "X")))
+    moves = [forced] if forced is not None else g.best_moves(board, "X")
+    return max(safe_value(g.play(board, c, "X"), False) for c in moves)
 
 
 def explain_best_move(board: str, tie_break: str = "preference", rng: random.Random | None = None) -> tuple[int, str]:
