@@ -1,54 +1,21 @@
-"""The policy interface: whatever writes the assistant turns (a scripted player, an HTTP model, a local engine).
-
-A `Policy` is long-lived (holds a client or model); for each rollout the engine calls `policy.open(tools, task)`
-and gets a `PolicySession`, which sees the growing OpenAI-style message list and returns one `AssistantTurn` per
-call of `act`. Sessions of token-level backends keep the exact token ids, assistant mask and logprobs of their
-rollout and hand them over through `token_trace()`; other sessions return None.
+"""Policies by name: the URI resolver (`load_policy`, `register_scheme`) and the policy interface.
 
 Policies are named by URIs: `scripted:NAME` (a player the environment ships), `openai:MODEL` (+ base URL),
-and the local backends `hf:PATH_OR_NAME` and `vllm:PATH_OR_NAME` registered by `toolgym.models`.
+and the local backends `hf:PATH_OR_NAME`, `vllm:PATH_OR_NAME` and `vllm-server:NAME` registered by
+`toolgym.models`. The interface (`Policy`, `PolicySession`) is defined in `toolgym.policies.base` and re-exported
+here; the backends import that module, never this one, so the resolver can import the backends without an import
+circle.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolgym.types import AssistantTurn, TokenTrace
+from toolgym.policies.base import Policy, PolicySession
 
 if TYPE_CHECKING:
     from toolgym.env import StatefulToolEnv
-
-
-class PolicySession(abc.ABC):
-    """One rollout's view of a policy."""
-
-    @abc.abstractmethod
-    async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
-        """Return the next assistant turn given the conversation so far (OpenAI chat format)."""
-
-    def token_trace(self) -> TokenTrace | None:
-        """Exact tokens of this rollout, for backends that have them."""
-        return None
-
-    async def aclose(self) -> None:
-        """Release per-rollout resources."""
-
-
-class Policy(abc.ABC):
-    """A source of assistant turns; `open` starts one rollout."""
-
-    name: str = "policy"
-
-    @abc.abstractmethod
-    def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
-        """Start a rollout. `tools` are OpenAI-style schemas the model may call; `task` is the dataset row
-        (scripted reference players may read it; model policies must not)."""
-
-    async def aclose(self) -> None:
-        """Release long-lived resources (HTTP clients, engines)."""
-
 
 PolicyFactory = Callable[..., Policy]
 _SCHEMES: dict[str, PolicyFactory] = {}
@@ -97,3 +64,6 @@ def _ensure_builtin_schemes() -> None:
     register = getattr(models, "register_schemes", None)
     if register is not None:
         register(register_scheme)
+
+
+__all__ = ["Policy", "PolicyFactory", "PolicySession", "load_policy", "register_scheme"]

@@ -1,6 +1,6 @@
 """Local model backends, tool-call formats and the tiny offline model.
 
-Policy URIs (registered with `toolgym.policy` by `register_schemes`):
+Policy URIs (registered with the resolver in `toolgym.policy` by `register_schemes`):
 
 - `hf:PATH_OR_NAME`   -- in-process transformers engine (`toolgym.models.hf.HFPolicy`), CPU or CUDA, batched.
 - `vllm:PATH_OR_NAME` -- in-process vLLM engine (`toolgym.models.vllm_engine.VLLMPolicy`), optional extra.

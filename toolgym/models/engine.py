@@ -21,7 +21,7 @@ from typing import Any
 
 from toolgym.models.chat import ChatRenderer, TokenTracker, check_prefix_preservation
 from toolgym.models.formats import ToolFormat, detect_format, get_format
-from toolgym.policy import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession
 from toolgym.types import AssistantTurn, TokenTrace
 
 

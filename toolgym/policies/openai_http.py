@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from toolgym.policy import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession
 from toolgym.types import AssistantTurn, ToolCall
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from toolgym.policy import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession
 from toolgym.types import AssistantTurn, ToolCall
 
 TurnFn = Callable[[list[dict[str, Any]], dict[str, Any]], AssistantTurn]

@@ -1,4 +1,5 @@
-"""Corpora: what an index is built from. An `Article` is a title and an ordered list of (heading, text) sections.
+"""Corpora: what an index is built from. An `Article` (`mcp_server_wiki.article`, re-exported here) is a title and an
+ordered list of (heading, text) sections.
 
 Sources (`iter_corpus(spec)` picks one from the spec string):
 
@@ -21,22 +22,13 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LEAD = "Introduction"
+from mcp_server_wiki.article import LEAD, Article
+
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _WIKI_HEADING = re.compile(r"^(={2,6})\s*(.+?)\s*\1\s*$")
-
-
-@dataclass
-class Article:
-    title: str
-    sections: list[tuple[str, str]] = field(default_factory=list)
-
-    def text(self) -> str:
-        return "\n\n".join(f"## {h}\n{t}" for h, t in self.sections)
 
 
 def split_sections(text: str, lead: str = LEAD) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_server_wiki.corpus import LEAD, Article
+from mcp_server_wiki.article import LEAD, Article
 
 GENERATOR_VERSION = 1
 DEFAULT_SEED = 0
