@@ -47,6 +47,38 @@ def policy_choice(env: Any, model: str | None, flags: dict[str, Any]) -> tuple[s
     return model, {**defaults, **{k: v for k, v in flags.items() if v is not None}}
 
 
+_GENERIC_DIRS = {"final", "checkpoint", "checkpoints", "model", "adapter", "merged", "latest", "best"}
+
+
+def model_short_name(uri: str) -> str:
+    """A short, readable name for a policy URI, for folder names: the last component of the target, with the
+    folders above it while it is a generic checkpoint name (`hf:runs/tictactoe/sft/final` -> `sft-final`,
+    `hf:Qwen/Qwen3-0.6B` -> `Qwen3-0.6B`, `scripted:minimax` -> `minimax`, `hf:runs/g/checkpoints/step_25/model`
+    -> `g-step_25-model`)."""
+    target = uri.partition(":")[2] if ":" in uri and not uri.startswith(("/", ".", "~")) else uri
+    parts = [p for p in target.replace("\\", "/").split("/") if p not in ("", ".", "..", "~")] or ["model"]
+    tail = [parts.pop()]
+    while parts and (tail[0].lower() in _GENERIC_DIRS or tail[0].lower().startswith("step_")):
+        tail.insert(0, parts.pop())
+    if len(tail) > 1:
+        tail = [p for p in tail if p.lower() != "checkpoints"] or tail
+    return _safe_name("-".join(tail)) or "model"
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:60]
+
+
+def default_out(env: Any, env_name: str, model: str) -> Path:
+    """`runs/eval/<env>-<model>-<time>`: the env's name and the model's short name; an env's embedded default
+    model (a checkpoint shipped inside its package) is `default`."""
+    env_part = getattr(env, "name", None) or Path(env_name).stem
+    scheme, _, target = model.partition(":")
+    embedded = model == getattr(env, "default_policy", None) and scheme in ("hf", "vllm") and Path(target).is_dir()
+    name = "default" if embedded else model_short_name(model)
+    return Path("runs") / "eval" / f"{_safe_name(env_part)}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 @app.command("eval")
 def eval_cmd(
     env_name: str = typer.Argument(..., help="Environment name (see `toolgym envs`) or path to an env config .toml"),
@@ -89,8 +121,7 @@ def eval_cmd(
         _fail(str(exc))
     tasks = env.build_dataset(num_examples, seed=seed)
     if out is None:
-        safe = model.replace("/", "_").replace(":", "-")
-        out = Path("runs") / "eval" / f"{Path(env_name).stem}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = default_out(env, env_name, model)
     info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
             "sampling": {k: v for k, v in options.items() if k != "api_key"}}
     total = len(tasks) * rollouts
