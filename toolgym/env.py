@@ -37,6 +37,7 @@ import pydantic
 
 from toolgym.mcp_bridge import MCPSession, ServerSpec, SessionProvider, ToolCallError, ToolInfo, ToolResult
 from toolgym.rubric import Rubric
+from toolgym.tool_schema import described_signature
 from toolgym.types import AssistantTurn, CallRecord
 
 
@@ -53,8 +54,9 @@ def stop(fn: Callable[..., Any]) -> Callable[..., Any]:
 def env_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a method `(self, state, **args) -> str` as a tool the env implements itself and shows to the model.
 
-    Its JSON schema is derived from the typed signature (after `state`); its description from the docstring.
-    Raise an exception to return an error to the model."""
+    Its JSON schema is derived from the typed signature (after `state`), each parameter described by
+    `Annotated[T, Field(description=...)]` or by the docstring's `Args:` section; its description is the docstring
+    without its sections. Raise an exception to return an error to the model."""
     fn._toolgym_env_tool = True  # type: ignore[attr-defined]
     return fn
 
@@ -69,18 +71,19 @@ class _Rollout:
 _current: contextvars.ContextVar[_Rollout] = contextvars.ContextVar("toolgym_rollout")
 
 
-def _env_tool_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], type[pydantic.BaseModel]]:
-    sig = inspect.signature(fn)
+def _env_tool_schema(fn: Callable[..., Any]) -> tuple[str, dict[str, Any], type[pydantic.BaseModel]]:
+    """Description, JSON schema and argument model of an `@env_tool` method: parameter descriptions from
+    `Annotated[..., Field(description=...)]` or the docstring's `Args:` section (`toolgym.tool_schema`)."""
+    description, sig = described_signature(fn)
     fields: dict[str, Any] = {}
     for name, p in list(sig.parameters.items())[2:]:  # skip self, state
-        ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
-        fields[name] = (ann, ... if p.default is inspect.Parameter.empty else p.default)
+        fields[name] = (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
     model = pydantic.create_model(f"{fn.__name__}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
     schema = model.model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
-    return schema, model
+    return description, schema, model
 
 
 class StatefulToolEnv:
@@ -219,10 +222,9 @@ class StatefulToolEnv:
         if cached is not None and cached[0] == key:
             return cached[1]
         out = {n: t.to_openai(self.hidden_args.get(n, [])) for n, t in self.tools.items() if self.is_visible(n)}
-        for n, m in self._env_tools.items():
-            desc = (inspect.getdoc(m) or "").split("\n\n")[0].strip()
-            out[n] = {"type": "function",
-                      "function": {"name": n, "description": desc, "parameters": self._env_tool_schemas[n][0]}}
+        for n in self._env_tools:
+            desc, params, _ = self._env_tool_schemas[n]
+            out[n] = {"type": "function", "function": {"name": n, "description": desc, "parameters": params}}
         self._schema_cache = (key, out)
         return out
 
@@ -250,7 +252,7 @@ class StatefulToolEnv:
         return None
 
     async def run_env_tool(self, name: str, args: dict[str, Any], state: dict[str, Any]) -> str:
-        _, model = self._env_tool_schemas[name]
+        _, _, model = self._env_tool_schemas[name]
         validated = model.model_validate(args)
         value = getattr(self, name)(state, **validated.model_dump())
         if inspect.isawaitable(value):

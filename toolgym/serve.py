@@ -3,8 +3,12 @@
 Tools of the served server:
 - `run_agent(request, max_turns)`: run the agent's own tool loop on a free-form request against the env's server
   and return its answer with a compact trace of the calls it made;
-- whatever the environment offers through its optional `serve_tools(agent)` hook (tic-tac-toe: `suggest_move`
-  and `play_move` on a board the client gives).
+- whatever the environment offers through its optional `serve_tools(agent)` hook (tic-tac-toe: `suggest_move`,
+  the agent's move on a board the client gives).
+
+Every tool describes itself to the client: a short description and a `description` on each parameter, taken from
+`Annotated[T, Field(description=...)]` or from the function's Google-style `Args:` docstring section
+(`toolgym.tool_schema`).
 
 Every request runs as its own rollout with its own MCP session to the env server (the env is switched to
 `session_scope="rollout"`), under a timeout and a bound on concurrent runs; inputs are validated (size caps, board
@@ -17,17 +21,21 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
 from toolgym.env import StatefulToolEnv
 from toolgym.policy import Policy
 from toolgym.rollout import run_rollout
+from toolgym.tool_schema import for_mcp
 from toolgym.types import Trajectory
 
 MAX_REQUEST_CHARS = 8_000
+Request = Annotated[str, Field(description="What the agent should do, in plain language (at most 8,000 characters).")]
+MaxTurns = Annotated[int | None, Field(description="Cap on the agent's turns, 1 to 100 (default: the environment's).")]
 
 
 class Agent:
@@ -104,21 +112,17 @@ def build_agent_server(env: StatefulToolEnv, policy: Policy, timeout_s: float = 
     srv = MCPServer(name or f"toolgym-agent-{env.name}",
                     instructions=f"A {policy.name} agent trained on the {env.name} environment.")
 
-    async def run_agent(request: str, max_turns: int | None = None) -> dict[str, Any]:
-        """Run the agent on a request: it uses its tools until done and returns its answer and a trace.
-
-        Args:
-            request: What to do, in plain language.
-            max_turns: Cap on the agent's turns (default: the environment's).
-        """
+    async def run_agent(request: Request, max_turns: MaxTurns = None) -> dict[str, Any]:
+        """Run the agent on a request: it uses its own tools until done and returns its answer, why it stopped,
+        its turn count and a trace of its tool calls."""
         agent.check_text(request)
         traj = await agent.run({"prompt": request}, max_turns)
         return {"answer": final_text(traj), "stop_reason": traj.stop_reason, "turns": len(traj.turns),
                 "trace": trace(traj)}
 
-    srv.add_tool(run_agent, name="run_agent")
     hook: Callable[[Agent], dict[str, Callable[..., Any]]] | None = getattr(env, "serve_tools", None)
-    for tool_name, fn in (hook(agent) if hook else {}).items():
-        srv.add_tool(fn, name=tool_name)
+    for tool_name, fn in {"run_agent": run_agent, **(hook(agent) if hook else {})}.items():
+        fn, description = for_mcp(fn)  # parameter descriptions from Annotated[..., Field(...)] or the docstring
+        srv.add_tool(fn, name=tool_name, description=description)
     srv.agent = agent  # type: ignore[attr-defined]  # for tests and introspection
     return srv

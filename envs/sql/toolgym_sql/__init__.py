@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from toolgym import AssistantTurn, HiddenCallError, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, env_tool, stop
 from toolgym.policies.scripted import call
@@ -142,7 +144,9 @@ class SqlEnv(StatefulToolEnv):
 
     # ------------------------------------------------------------ the final-answer tool
     @env_tool
-    async def submit_answer(self, state: dict[str, Any], sql: str = "") -> str:
+    async def submit_answer(self, state: dict[str, Any], sql: Annotated[str, Field(
+            description="The SELECT query whose result answers the question; empty for a task that changes data."
+            )] = "") -> str:
         """Finish the task. For a question pass the SELECT query whose result is the answer; after making requested
         changes call it with no query."""
         state["answer_sql"] = sql.strip()

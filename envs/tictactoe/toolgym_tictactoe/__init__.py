@@ -187,11 +187,11 @@ class TicTacToeEnv(StatefulToolEnv):
         from mcp_server_tictactoe.server import parse_position
 
         async def suggest_move(board: str, agent_plays: str = "X") -> dict[str, Any]:
-            """Ask the agent for its move on a board and play it there.
+            """Ask the agent for its move on a board; returns the move, the board after it and the game status.
 
             Args:
                 board: The position, 9 cells row by row: X, O, or '.' for empty (e.g. "X.O.X...." or "X|.|O/...").
-                agent_plays: The side the agent plays, X or O (it must be that side's turn).
+                agent_plays: The side the agent plays; it must be that side's turn (choices: ["X", "O"]).
             """
             agent.check_text(board, "board")
             side = agent_plays.strip().upper()

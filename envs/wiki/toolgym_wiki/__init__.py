@@ -28,9 +28,10 @@ import re
 import string
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mcp_server_wiki.world import extract_fact, generate_questions, generate_world, normalize_world_opts
+from pydantic import Field
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, env_tool, stop
 from toolgym.policies.scripted import call
@@ -180,12 +181,9 @@ class WikiEnv(StatefulToolEnv):
 
     # ------------------------------------------------------------ the final answer
     @env_tool
-    async def answer(self, state: dict[str, Any], text: str) -> str:
-        """Submit your final answer (just the name or year); this ends the episode.
-
-        Args:
-            text: The answer.
-        """
+    async def answer(self, state: dict[str, Any],
+                     text: Annotated[str, Field(description="The answer: just the name or the year.")]) -> str:
+        """Submit your final answer (just the name or year); this ends the episode."""
         state["answer"] = text
         return f"Answer recorded: {text}"
 

@@ -16,12 +16,14 @@ functions, read-only mode, caps), `Timeout:` or `SQL error:` (the database's own
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
@@ -38,7 +40,29 @@ INSTRUCTIONS = (
 )
 
 
-SESSION_DOC = "session handle from open_session (leave empty on stdio and session-ful transports)"
+SESSION_DOC = "Session handle from open_session (leave empty on stdio and session-ful transports)"
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Tool parameters: types plus the description every MCP client shows (schemas are derived from these signatures).
+Session = Annotated[str | None, Field(description=SESSION_DOC)]
+Handle = Annotated[str, Field(description="The handle open_session returned.")]
+Table = Annotated[str, Field(description="Name of a table or view (see list_tables).")]
+SampleRows = Annotated[int, Field(description="How many sample rows to show (0: none).")]
+ReadSQL = Annotated[str, Field(description="One read-only statement: SELECT, WITH ... SELECT or VALUES.")]
+WriteSQL = Annotated[str, Field(description="One statement: INSERT, UPDATE, DELETE, CREATE/DROP TABLE, INDEX or "
+                                            "VIEW, or ALTER TABLE.")]
+MaxRows = Annotated[int | None, Field(description="Show at most this many rows (default: the server's row cap).")]
+GradeRows = Annotated[int, Field(description="Return at most this many rows.")]
+Tables = Annotated[list[str] | None, Field(description="Base tables to dump (default: all).")]
+
+
+def _tool(srv: MCPServer) -> Callable[[F], F]:
+    """`@srv.tool()` with the docstring as the description, its paragraphs unwrapped (MCPServer takes `__doc__`
+    as is, indentation and line breaks included)."""
+    def register(fn: F) -> F:
+        paragraphs = inspect.cleandoc(fn.__doc__ or "").split("\n\n")
+        return srv.tool(description="\n\n".join(" ".join(p.split()) for p in paragraphs))(fn)
+    return register
 
 
 class ToolFailure(ToolError):
@@ -241,28 +265,30 @@ def build_server(
         except SQLError as e:
             raise ToolFailure(f"SQL error: {e}") from None
 
-    @srv.tool()
+    @_tool(srv)
     async def open_session() -> str:
         """Open a new private database session (a fresh copy of the database) and return its handle as JSON
         {"session": handle}. Pass the handle as `session` to the other tools; needed only on transports without
         MCP sessions."""
         return json.dumps({"session": await anyio.to_thread.run_sync(registry.open)})
 
-    @srv.tool()
-    async def close_session(session: str) -> str:
+    @_tool(srv)
+    async def close_session(session: Handle) -> str:
         """Close a session opened with open_session and drop its database."""
         closed = await anyio.to_thread.run_sync(registry.close_handle, session)
         return "closed" if closed else "no such session"
 
-    @srv.tool()
-    async def list_tables(ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+    @_tool(srv)
+    async def list_tables(ctx: Context, session: Session = None) -> str:
         """List the tables and views of the database with their row counts."""
         rows = await run(ctx, lambda d: d.tables(), session=session)
         return format_table(Result(["table", "kind", "rows"], rows), limits, what="table")
 
-    @srv.tool()
-    async def describe_table(table: str, ctx: Context, sample_rows: int = 3, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
-        """Describe a table: its columns (name, type, nullable, default), primary key, foreign keys and a few sample rows."""
+    @_tool(srv)
+    async def describe_table(table: Table, ctx: Context, sample_rows: SampleRows = 3, session: Session = None
+                             ) -> str:
+        """Describe a table: its columns (name, type, nullable, default), primary key, foreign keys and a few
+        sample rows."""
         info = await run(ctx, lambda d: d.describe(table, sample_rows), session=session)
         pk = set(info["primary_key"])
         fk = {c: f"{t}.{rc}" for cs, t, rcs in info["foreign_keys"] for c, rc in zip(cs, rcs)}
@@ -278,17 +304,15 @@ def build_server(
             out.append(format_table(info["sample"], limits))
         return "\n".join(out)
 
-    @srv.tool()
-    async def run_query(sql: str, ctx: Context, max_rows: int | None = None, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
-        """Run one read-only SQL query (SELECT / WITH / VALUES) and return the result as a text table.
-
-        At most `max_rows` rows are shown (default: the server's row cap); a note says when the result was cut.
-        """
+    @_tool(srv)
+    async def run_query(sql: ReadSQL, ctx: Context, max_rows: MaxRows = None, session: Session = None) -> str:
+        """Run one read-only SQL query (SELECT / WITH / VALUES) and return the result as a text table; a note says
+        when the row cap cut the result."""
         res = await run(ctx, lambda d: d.query(sql, max_rows), session=session)
         return format_table(res, limits)
 
-    @srv.tool()
-    async def execute(sql: str, ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+    @_tool(srv)
+    async def execute(sql: WriteSQL, ctx: Context, session: Session = None) -> str:
         """Execute one statement that changes the database (INSERT, UPDATE, DELETE, CREATE/DROP TABLE|INDEX|VIEW,
         ALTER TABLE) and commit it. Returns the number of affected rows (and rows of a RETURNING clause)."""
         res = await run(ctx, lambda d: d.execute(sql), session=session)
@@ -297,20 +321,20 @@ def build_server(
             msg += "\n" + format_table(res, limits)
         return msg
 
-    @srv.tool()
-    async def explain_query(sql: str, ctx: Context, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+    @_tool(srv)
+    async def explain_query(sql: ReadSQL, ctx: Context, session: Session = None) -> str:
         """Show the database's query plan for one read query, without running it."""
         res = await run(ctx, lambda d: d.explain(sql), session=session)
         return "\n".join(str(r[0]) for r in res.rows)
 
     if grading_tools:
-        @srv.tool()
-        async def dump_tables(ctx: Context, tables: list[str] | None = None, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        @_tool(srv)
+        async def dump_tables(ctx: Context, tables: Tables = None, session: Session = None) -> str:
             """(For graders) Every row of the given base tables (default: all) as JSON {table: {columns, rows}}."""
             return json.dumps(await run(ctx, lambda d: d.dump(tables), session=session))
 
-        @srv.tool()
-        async def query_json(sql: str, ctx: Context, max_rows: int = 100_000, session: Annotated[str | None, Field(description=SESSION_DOC)] = None) -> str:
+        @_tool(srv)
+        async def query_json(sql: ReadSQL, ctx: Context, max_rows: GradeRows = 100_000, session: Session = None) -> str:
             """(For graders) Run one read query; JSON {columns, rows, truncated} with values made JSON-friendly."""
             res = await run(ctx, lambda d: d.query_all(sql, max_rows), session=session)
             return json.dumps({"columns": res.columns, "rows": [[py_value(v) for v in r] for r in res.rows],

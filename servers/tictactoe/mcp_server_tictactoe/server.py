@@ -13,18 +13,42 @@ without seeing each other's games. The table is bounded (oldest games evicted fi
 
 from __future__ import annotations
 
+import inspect
 import random
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
 from mcp_server_tictactoe import game as g
 
 MAX_GAMES = 100_000
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Tool parameters: types plus the description every MCP client shows (schemas are derived from these signatures).
+GameId = Annotated[str, Field(description="The game's id, as new_game returned it.")]
+Position = Annotated[int, Field(description="The cell to play, 0 (top left) to 8 (bottom right).")]
+Seed = Annotated[int, Field(description="Seeds who starts (when x_starts is not given) and the opponent's choices.")]
+XStarts = Annotated[bool | None, Field(description="Whether X (the player) moves first; default: a 50/50 draw from "
+                                                   "the seed.")]
+RandomMoveProb = Annotated[float, Field(description="Probability (0 to 1) that the opponent plays a random free cell "
+                                                    "instead of a best move.")]
+StartBoard = Annotated[str | None, Field(description="Start from this position instead: 9 cells row by row, X, O or "
+                                                     "'.' for empty, X to move.")]
+
+
+def _tool(srv: MCPServer) -> Callable[[F], F]:
+    """`@srv.tool()` with the docstring as the description, its paragraphs unwrapped (MCPServer takes `__doc__`
+    as is, indentation and line breaks included)."""
+    def register(fn: F) -> F:
+        paragraphs = inspect.cleandoc(fn.__doc__ or "").split("\n\n")
+        return srv.tool(description="\n\n".join(" ".join(p.split()) for p in paragraphs))(fn)
+    return register
 
 
 @dataclass
@@ -121,33 +145,22 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
     srv = MCPServer("tictactoe", instructions="Play tic-tac-toe as X. Cells are numbered 0-8, row by row.")
     table = GameTable(max_games)
 
-    @srv.tool()
-    async def new_game(seed: int, x_starts: bool | None = None, random_move_prob: float = 0.0,
-                       board: str | None = None) -> dict[str, Any]:
+    @_tool(srv)
+    async def new_game(seed: Seed, x_starts: XStarts = None, random_move_prob: RandomMoveProb = 0.0,
+                       board: StartBoard = None) -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
-
-        Args:
-            seed: Seeds who starts (when x_starts is not given) and the opponent's choices.
-            x_starts: Whether X (the player) moves first; default: a 50/50 draw from the seed.
-            random_move_prob: Probability that the opponent plays a random free cell instead of a best move.
-            board: Start from this position instead (9 cells X, O or '.', row by row), X to move.
-        """
+        Returns the game id, who starts and the board."""
         game_id, game = table.new(seed, x_starts, random_move_prob, board)
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
-    @srv.tool()
-    async def get_board(game_id: str) -> str:
+    @_tool(srv)
+    async def get_board(game_id: GameId) -> str:
         """Show the current board, whose move it is and the free cells."""
         return table.get(game_id).describe()
 
-    @srv.tool()
-    async def make_move(game_id: str, position: int) -> str:
-        """Place your X on a free cell (0-8, row by row); the opponent replies at once.
-
-        Args:
-            game_id: The game.
-            position: The cell to play, 0 (top left) to 8 (bottom right).
-        """
+    @_tool(srv)
+    async def make_move(game_id: GameId, position: Position) -> str:
+        """Place your X on a free cell (0-8, row by row); the opponent replies at once."""
         game = table.get(game_id)
         if game.status != "in_progress":
             game.invalid_moves += 1
@@ -166,8 +179,8 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
             text += f" Opponent played {game.opponent_reply()}."
         return f"{text}\n{game.describe()}"
 
-    @srv.tool()
-    async def game_result(game_id: str) -> dict[str, Any]:
+    @_tool(srv)
+    async def game_result(game_id: GameId) -> dict[str, Any]:
         """Grading view of a game: status (in_progress, win, draw, loss), moves and invalid-move count."""
         game = table.get(game_id)
         return {
@@ -179,8 +192,8 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
             "random_move_prob": game.random_move_prob,
         }
 
-    @srv.tool()
-    async def end_game(game_id: str) -> str:
+    @_tool(srv)
+    async def end_game(game_id: GameId) -> str:
         """Forget a game and free its memory."""
         table.games.pop(game_id, None)
         return "ok"

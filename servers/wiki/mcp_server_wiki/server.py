@@ -13,17 +13,40 @@ into error results. The server is stateless: any number of clients can share one
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
 from mcp_server_wiki.index import MAX_K, PageNotFound, SectionNotFound, WikiIndex, ensure_index
 
 CHUNK = 4000
 INTRO_CHARS = 1500
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Tool parameters: types plus the description every MCP client shows (schemas are derived from these signatures).
+Title = Annotated[str, Field(description="Page title as search shows it (case- and underscore-insensitive).")]
+Query = Annotated[str, Field(description='Words to look for, e.g. a name or a few keywords; "a phrase" in double '
+                                         "quotes, word* for a prefix.")]
+K = Annotated[int, Field(description=f"How many pages to return (1 to {MAX_K}).")]
+Section = Annotated[str, Field(description="Section heading (case-insensitive) or its number in open_page's list.")]
+Offset = Annotated[int, Field(description="Character offset to continue a long section from (0: the start).")]
+Needle = Annotated[str, Field(description="Text to find in the page (case-insensitive).")]
+
+
+def _tool(srv: MCPServer) -> Callable[[F], F]:
+    """`@srv.tool()` with the docstring as the description, its paragraphs unwrapped (MCPServer takes `__doc__`
+    as is, indentation and line breaks included)."""
+    def register(fn: F) -> F:
+        paragraphs = inspect.cleandoc(fn.__doc__ or "").split("\n\n")
+        return srv.tool(description="\n\n".join(" ".join(p.split()) for p in paragraphs))(fn)
+    return register
 
 
 def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None = None,
@@ -49,17 +72,10 @@ def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None
         except PageNotFound as e:
             raise ToolError(str(e)) from None
 
-    @srv.tool()
-    def search(query: str, k: int = 5) -> str:
-        """Full-text search over all pages; returns the best-matching pages, best first.
-
-        Words are matched in any order (pages with more and rarer matching words rank higher); put words in
-        double quotes to match a phrase; end a word with * to match a prefix.
-
-        Args:
-            query: Words to look for, e.g. a name or a few keywords.
-            k: How many pages to return (1 to 50).
-        """
+    @_tool(srv)
+    def search(query: Query, k: K = 5) -> str:
+        """Full-text search over all pages; returns the best-matching pages, best first, each with its best section
+        and a snippet. Words match in any order: pages with more and rarer matching words rank higher."""
         if k < 1:
             raise ToolError("k must be at least 1")
         hits = idx.search(query, min(k, MAX_K))
@@ -69,13 +85,9 @@ def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None
         note = f" (k capped at {MAX_K})" if k > MAX_K else ""
         return f"Top {len(hits)} results{note}:\n" + "\n".join(lines)
 
-    @srv.tool()
-    def open_page(title: str) -> str:
-        """Open a page: its numbered list of sections and the text of its introduction.
-
-        Args:
-            title: The page title (as shown by search; case-insensitive).
-        """
+    @_tool(srv)
+    def open_page(title: Title) -> str:
+        """Open a page: its numbered list of sections and the text of its introduction."""
         pid, canon = _resolve(title)
         secs = idx.sections(pid)
         outline = "\n".join(f"{i}. {s.heading} ({s.chars} chars)" for i, s in enumerate(secs, 1))
@@ -84,15 +96,9 @@ def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None
             intro = intro[:INTRO_CHARS] + "… (read_section for the rest)"
         return f"# {canon}\n\nSections:\n{outline}\n\n## {secs[0].heading}\n{intro}"
 
-    @srv.tool()
-    def read_section(title: str, section: str, offset: int = 0) -> str:
-        """Read one section of a page.
-
-        Args:
-            title: The page title (case-insensitive).
-            section: The section heading (case-insensitive) or its number in open_page's list.
-            offset: Character offset to continue a long section from.
-        """
+    @_tool(srv)
+    def read_section(title: Title, section: Section, offset: Offset = 0) -> str:
+        """Read one section of a page, 4,000 characters at a time (a note tells the offset of the rest)."""
         try:
             canon, sec = idx.find_section(title, section)
         except (PageNotFound, SectionNotFound) as e:
@@ -105,14 +111,9 @@ def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None
         more = f"\n… ({rest} more chars: call read_section again with offset={offset + len(chunk)})" if rest > 0 else ""
         return f"## {canon} — {sec.heading}\n{chunk}{more}"
 
-    @srv.tool()
-    def find_in_page(title: str, text: str) -> str:
-        """Find the sentences of a page that contain some text (case-insensitive), like Ctrl+F.
-
-        Args:
-            title: The page title (case-insensitive).
-            text: The text to look for.
-        """
+    @_tool(srv)
+    def find_in_page(title: Title, text: Needle) -> str:
+        """Find the sentences of a page that contain some text (case-insensitive), like Ctrl+F."""
         needle = " ".join(text.split()).casefold()
         if not needle:
             raise ToolError("text to find is empty")
