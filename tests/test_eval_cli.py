@@ -112,7 +112,8 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (("-m", "nosuch:thing"), "unknown policy scheme"),
     (("-m", "scripted:nobody"), "unknown scripted player"),
-    (("-n", "0"), "must be >= 1"),
+    (("-n", "-1"), "must be >= 0"),
+    (("-r", "0"), "-r and -c >= 1"),
     (("-a", "transport=pigeon"), "unknown transport"),
 ])
 def test_eval_bad_options_fail_clearly(tmp_path: Path, args: tuple[str, ...], message: str) -> None:

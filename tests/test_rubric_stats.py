@@ -9,7 +9,7 @@ import pytest
 
 from toolgym import Rubric, RewardError, ScriptedPolicy, StatefulToolEnv, env_tool, run_rollout
 from toolgym.policies.scripted import call
-from toolgym.stats import mean_ci, pass_at_k, pass_hat_k, summarize, tool_accuracy
+from toolgym.stats import breakdown, mean_ci, pass_at_k, pass_hat_k, summarize, tool_accuracy, wilson
 from toolgym.types import AssistantTurn, CallRecord, Trajectory
 
 
@@ -153,8 +153,31 @@ def test_pass_at_k_by_hand() -> None:
 def test_mean_ci_by_hand() -> None:
     r = mean_ci([1.0, 2.0, 3.0])
     assert r["mean"] == 2.0 and r["n"] == 3 and r["ci95"] == pytest.approx(1.96 * 1 / math.sqrt(3))
-    assert mean_ci([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1}
+    assert r["lo"] == pytest.approx(2.0 - r["ci95"]) and r["hi"] == pytest.approx(2.0 + r["ci95"])
+    assert mean_ci([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1, "lo": 5.0, "hi": 5.0}
     assert math.isnan(mean_ci([])["mean"])
+
+
+def test_rates_get_wilson_intervals() -> None:
+    # 8 of 10: Wilson 95 % interval (0.4902, 0.9433), by the textbook formula
+    r = mean_ci([1.0] * 8 + [0.0] * 2)
+    assert (r["lo"], r["hi"]) == (pytest.approx(0.4902, abs=1e-4), pytest.approx(0.9433, abs=1e-4))
+    # 100 % of 50 is not a zero-width interval (the normal approximation would say [1, 1])
+    full = mean_ci([1.0] * 50)
+    assert full["ci95"] == 0.0 and full["lo"] == pytest.approx(0.9287, abs=1e-4) and full["hi"] == 1.0
+    assert wilson(0, 20)[0] == 0.0 and wilson(0, 20)[1] == pytest.approx(0.1611, abs=1e-4)
+
+
+def test_breakdown_groups_by_task_field() -> None:
+    ts = [_traj(i, 0, float(i % 2)) for i in range(6)]
+    for i, t in enumerate(ts):
+        t.task = {"level": "hard" if i < 2 else "easy", **({"n": i} if i else {})}
+        t.metrics = {"solved": float(i % 2)} if i != 5 else {}
+    by = breakdown(ts, ["level", "n"])
+    assert by["level"]["hard"]["n"] == 2 and by["level"]["easy"]["n"] == 4
+    assert by["level"]["easy"]["reward"]["mean"] == 0.5
+    assert by["level"]["easy"]["solved"]["n"] == 3  # the rollout without the metric is left out of its mean
+    assert list(by["n"]) == ["1", "2", "3", "4", "5"]  # numeric order, the task without the field left out
 
 
 def _traj(ex, r, reward, error=None, calls=()):
@@ -178,3 +201,16 @@ def test_summarize() -> None:
     acc = tool_accuracy(trajs)
     assert acc["*"]["calls"] == 3 and acc["*"]["exec_ok"] == pytest.approx(1 / 3)
     assert acc["move"]["args_ok"] == 0.5 and acc["look"]["parse_ok"] == 0.0
+
+
+def test_metric_may_not_apply_but_a_reward_must() -> None:
+    def only_even(task):  # type: ignore[no-untyped-def]
+        return None if task["i"] % 2 else 1.0
+
+    rub = Rubric([(only_even, 0.0)])
+    _, metrics, _ = asyncio.run(rub.score(task={"i": 1}))
+    assert "only_even" not in metrics
+    _, metrics, _ = asyncio.run(rub.score(task={"i": 2}))
+    assert metrics == {"only_even": 1.0}
+    with pytest.raises(RewardError, match="only_even"):
+        asyncio.run(Rubric([(only_even, 1.0)]).score(task={"i": 1}))

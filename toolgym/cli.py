@@ -82,7 +82,9 @@ def default_out(env: Any, env_name: str, model: str) -> Path:
 @app.command("eval")
 def eval_cmd(
     env_name: str = typer.Argument(..., help="Environment name (see `toolgym envs`) or path to an env config .toml"),
-    num_examples: int = typer.Option(20, "-n", "--num-examples", help="Examples (tasks) to evaluate"),
+    num_examples: int = typer.Option(20, "-n", "--num-examples",
+                                     help="Examples (tasks) to evaluate; 0: the env's whole task set (e.g. every "
+                                          "tic-tac-toe position with -a task=move)"),
     rollouts: int = typer.Option(1, "-r", "--rollouts", help="Rollouts per example (for pass@k)"),
     concurrency: int = typer.Option(8, "-c", "--concurrency", help="Rollouts in flight at once"),
     model: str | None = typer.Option(None, "-m", "--model",
@@ -101,13 +103,13 @@ def eval_cmd(
     success_threshold: float = typer.Option(1.0, help="A rollout passes (for pass@k) when reward >= this"),
 ) -> None:
     """Evaluate a policy on an environment: progress bar, summary table, results folder."""
-    from toolgym.eval import evaluate
+    from toolgym.eval import evaluate, report_names
     from toolgym.policy import load_policy
     from toolgym.registry import load_env
 
     env_args = parse_kv(env_arg)
-    if num_examples < 1 or rollouts < 1 or concurrency < 1:
-        _fail("-n, -r and -c must be >= 1")
+    if num_examples < 0 or rollouts < 1 or concurrency < 1:
+        _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
     try:
         env = load_env(env_name, **env_args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
@@ -119,7 +121,7 @@ def eval_cmd(
         policy = load_policy(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:
         _fail(str(exc))
-    tasks = env.build_dataset(num_examples, seed=seed)
+    tasks = env.build_dataset(num_examples or None, seed=seed)
     if out is None:
         out = default_out(env, env_name, model)
     info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
@@ -154,11 +156,13 @@ def eval_cmd(
             _, summary = asyncio.run(go())
         except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
-    print_summary(summary)
-    console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plot: {out}/rewards.png")
+    print_summary(summary, report_names(env))
+    plots = "rewards.png" + (", breakdown.png" if summary.get("by") else "")
+    console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plots: {out}/{{{plots}}}")
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> None:
+    """The summary tables; `names` (the rubric's functions) are the columns of the per-field breakdown tables."""
     t = Table(title=f"summary ({summary['rollouts']} rollouts, {summary['errors']} errors)", show_lines=False)
     t.add_column("name")
     t.add_column("mean", justify="right")
@@ -188,6 +192,17 @@ def print_summary(summary: dict[str, Any]) -> None:
             ta.add_row("all" if tool == "*" else tool,
                        *[(f"{int(row[c])}" if c == "calls" else f"{row[c]:.3f}") if c in row else "-" for c in cols])
         console.print(ta)
+    for field, rows in (summary.get("by") or {}).items():  # rates in %, +- half the 95 % (Wilson) interval
+        cols = [n for n in (names or []) if any(n in r and 0 <= r[n]["lo"] and r[n]["hi"] <= 1 for r in rows.values())]
+        tb = Table(title=f"by {field}: % with 95% CI (summary.json has the intervals)")
+        tb.add_column(field)
+        tb.add_column("n", justify="right")
+        for c in cols:
+            tb.add_column(c, justify="right")
+        for value, r in rows.items():
+            tb.add_row(value, str(r["n"]), *[f"{100 * r[c]['mean']:.1f} ±{50 * (r[c]['hi'] - r[c]['lo']):.1f}"
+                                             if c in r else "-" for c in cols])
+        console.print(tb)
     if summary["errors"]:
         console.print(f"[yellow]errors by kind:[/] {summary['error_kinds']}")
 

@@ -98,6 +98,8 @@ class StatefulToolEnv:
     system_prompt: ClassVar[str | None] = None
     default_policy: ClassVar[str | None] = None  # the policy `toolgym eval ENV` uses with no --model
     default_policy_options: ClassVar[dict[str, Any]] = {}  # its sampling options (CLI flags override them)
+    report_by: ClassVar[tuple[str, ...]] = ()  # task fields eval breaks results down by (e.g. difficulty)
+    report_metrics: ClassVar[tuple[str, ...] | None] = None  # the columns of those tables (default: the rubric's)
     max_turns: int = 10
     tool_timeout: float = 30.0
     on_no_call: Literal["stop", "nudge"] = "stop"

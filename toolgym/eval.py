@@ -87,7 +87,8 @@ async def evaluate(
         if results_file is not None:
             results_file.close()
     ordered = [results[k] for k in sorted(results)]
-    summary = summarize(ordered, success_threshold)
+    by = tuple(getattr(env, "report_by", ()) or ())
+    summary = summarize(ordered, success_threshold, by)
     summary["policy"] = policy.name
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
@@ -95,8 +96,52 @@ async def evaluate(
         summary["server_restarts"] = env.provider.restarts
     if out_dir is not None:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        plot_rewards(ordered, out_dir / "rewards.png", title=f"{getattr(env, 'name', 'env')} / {policy.name}")
+        title = f"{getattr(env, 'name', 'env')} / {policy.name}"
+        plot_rewards(ordered, out_dir / "rewards.png", title=title)
+        if summary.get("by"):
+            plot_breakdown(summary["by"], report_names(env), out_dir / "breakdown.png", title=title)
     return ordered, summary
+
+
+def report_names(env: StatefulToolEnv) -> list[str]:
+    """The columns of breakdown tables and plots: the env's `report_metrics`, else its rubric's functions."""
+    return list(getattr(env, "report_metrics", None) or env.rubric.weights)
+
+
+def plot_breakdown(by: dict[str, dict[str, dict[str, Any]]], names: list[str], path: Path, title: str = "") -> None:
+    """One panel per task field: the rate metrics (values in [0, 1]) of each field value as bars with 95 % CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fields = list(by)
+    fig, axes = plt.subplots(len(fields), 1, figsize=(max(6.0, 1.2 * max(len(v) for v in by.values()) * 1.5),
+                                                      3.2 * len(fields)), squeeze=False)
+    for ax, field in zip(axes[:, 0], fields, strict=True):
+        rows = by[field]
+        shown = [n for n in names if any(n in r and 0.0 <= r[n]["lo"] and r[n]["hi"] <= 1.0 for r in rows.values())]
+        width = 0.8 / max(1, len(shown))
+        for j, name in enumerate(shown):
+            xs, ys, lo, hi = [], [], [], []
+            for i, (_, r) in enumerate(rows.items()):
+                if name in r:
+                    xs.append(i + (j - (len(shown) - 1) / 2) * width)
+                    ys.append(r[name]["mean"])
+                    lo.append(r[name]["mean"] - r[name]["lo"])
+                    hi.append(r[name]["hi"] - r[name]["mean"])
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
+        ax.set_xticks(range(len(rows)), [f"{v}\n(n={r['n']})" for v, r in rows.items()])
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"by {field}")
+        ax.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(6, max(1, len(labels))), fontsize=8,
+               bbox_to_anchor=(0.5, 0.965))
+    fig.suptitle(f"{title}  (bars: mean, whiskers: 95 % CI)")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_rewards(trajs: list[Trajectory], path: Path, title: str = "") -> None:

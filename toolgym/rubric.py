@@ -4,8 +4,9 @@
 
 A reward function declares the inputs it wants by parameter name, from `AVAILABLE` (`state`, `task`, `trajectory`,
 `calls`, `messages`, `turns`, `env`); it may be sync or async and returns a float. Weight 0 makes it a metric: it is
-reported but does not enter the reward. A function that raises is an error on that rollout (`RewardError`, with the
-function's name), never a silent 0.
+reported but does not enter the reward; a metric may return None when it does not apply to a rollout (e.g. "took
+the immediate win" on a position without one): it is then left out of that rollout's metrics and of their means.
+A function that raises is an error on that rollout (`RewardError`, with the function's name), never a silent 0.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Rubric:
                 value = fn(**kwargs)
                 if inspect.isawaitable(value):
                     value = await value
+                if value is None and weight == 0.0:  # a metric that does not apply to this rollout
+                    continue
                 value = float(value)
             except Exception as exc:
                 raise RewardError(f"reward function {name!r} raised {type(exc).__name__}: {exc}") from exc

@@ -13,16 +13,52 @@ from toolgym.types import Trajectory
 ACCURACY_FLAGS = ("parse_ok", "name_ok", "args_ok", "exec_ok", "call_match")
 
 
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a proportion (95 % for z=1.96): unlike mean +- 1.96 SE it stays inside [0, 1] and
+    is not empty at 0 % or 100 %."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def mean_ci(values: list[float]) -> dict[str, float]:
-    """Mean and the half-width of its normal-approximation 95 % CI (0 for fewer than two values)."""
+    """Mean, the half-width of its normal-approximation 95 % CI (0 for fewer than two values) and the interval
+    `lo`..`hi`: the Wilson interval when every value is 0 or 1 (a rate), else mean +- ci95."""
     n = len(values)
     if n == 0:
-        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
+        return {"mean": float("nan"), "ci95": float("nan"), "n": 0, "lo": float("nan"), "hi": float("nan")}
     mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "ci95": 0.0, "n": n}
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return {"mean": mean, "ci95": 1.96 * math.sqrt(var / n), "n": n}
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    half = 1.96 * math.sqrt(var / n)
+    lo, hi = wilson(sum(values), n) if all(v in (0.0, 1.0) for v in values) else (mean - half, mean + half)
+    return {"mean": mean, "ci95": half, "n": n, "lo": min(lo, mean), "hi": max(hi, mean)}  # min/max: float rounding
+
+
+def breakdown(trajs: Iterable[Trajectory], fields: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Reward and every reward function / metric, with CIs, per value of each task field (e.g. a position's kind
+    or a question's difficulty): `{field: {value: {"n": rollouts, "reward": {...}, name: {...}}}}`. Rollouts without
+    the field are left out of that field's table; errored rollouts of every table."""
+    ok = [t for t in trajs if t.error is None]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for field in fields:
+        groups: dict[str, list[Trajectory]] = defaultdict(list)
+        for t in ok:
+            if field in t.task:
+                groups[str(t.task[field])].append(t)
+        table: dict[str, dict[str, Any]] = {}
+        for value in sorted(groups, key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit()
+                                                     else 0, v)):
+            ts = groups[value]
+            row: dict[str, Any] = {"n": len(ts), "reward": mean_ci([t.reward for t in ts])}
+            vals = [{**t.rewards, **t.metrics} for t in ts]
+            for name in sorted({k for v in vals for k in v}):
+                row[name] = mean_ci([v[name] for v in vals if name in v])
+            table[value] = row
+        out[field] = table
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -47,7 +83,8 @@ def _ks(r: int) -> list[int]:
     return ks
 
 
-def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0) -> dict[str, Any]:
+def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0, by: Iterable[str] = ()) -> dict[str, Any]:
+    """Everything `toolgym eval` reports; `by` adds per-value tables of those task fields (`breakdown`)."""
     trajs = list(trajs)
     ok = [t for t in trajs if t.error is None]
     out: dict[str, Any] = {"rollouts": len(trajs), "errors": len(trajs) - len(ok)}
@@ -71,6 +108,9 @@ def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0) -> di
         out["pass_hat_k"] = {str(k): sum(pass_hat_k(len(v), sum(v), k) for v in by_ex.values()) / len(by_ex)
                              for k in _ks(r)}
     out["tool_accuracy"] = tool_accuracy(ok)
+    by = list(by)
+    if by:
+        out["by"] = breakdown(trajs, by)
     return out
 
 

@@ -47,7 +47,9 @@ def synth_cmd(
     teacher: str = typer.Option(..., "--teacher", "-m", help="Teacher policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH."),
     out: Path = typer.Option(..., "--out", "-o", help="Output JSONL file (chat-with-tools rows)."),
     hf_out: Path | None = typer.Option(None, "--hf-out", help="Also save an HF datasets folder here."),
-    num_examples: int = typer.Option(200, "-n", "--num-examples", help="Games / tasks to play."),
+    num_examples: int = typer.Option(200, "-n", "--num-examples",
+                                     help="Games / tasks to play; 0: the env's whole task set (e.g. every training "
+                                          "position with -a task=move -a split=train)."),
     seed: int = typer.Option(0, "--seed", help="Dataset seed."),
     min_reward: float | None = typer.Option(None, "--min-reward", help="Keep rollouts with reward >= this."),
     drop_if: list[str] = typer.Option([], "--drop-if", help="Drop rollouts where this reward/metric > 0 (repeatable), e.g. loss."),
@@ -64,8 +66,8 @@ def synth_cmd(
     from toolgym.registry import load_env
     from toolgym.train.synth import synth
 
-    if num_examples < 1 or concurrency < 1:
-        _fail("-n and -c must be >= 1")
+    if num_examples < 0 or concurrency < 1:
+        _fail("-n must be >= 0 (0: the whole task set) and -c >= 1")
     try:
         env = load_env(env_name, **_kv(env_arg))
         opts = {"seed": seed, **_kv(teacher_arg)}
@@ -74,7 +76,7 @@ def synth_cmd(
         policy = load_policy(teacher, env, **opts)
     except (ValueError, TypeError, ImportError, OSError) as exc:
         _fail(str(exc))
-    tasks = env.build_dataset(num_examples, seed=seed)
+    tasks = env.build_dataset(num_examples or None, seed=seed)
     with _progress() as prog:
         bar = prog.add_task("teacher games", total=len(tasks), info="")
 

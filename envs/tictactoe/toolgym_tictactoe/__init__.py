@@ -1,13 +1,25 @@
 """Tic-tac-toe through tool calls: the model is X and plays with `make_move(position)` against a minimax opponent
 whose strength is set per game by a random-move probability (GUIDE §6).
 
-Dataset: `n` games; example i has seed `seed * 1_000_003 + i`, a 50/50 starting side drawn from that seed, and a
-random-move probability drawn uniformly inside bucket `i % num_groups` of `[min_random_move_prob,
-max_random_move_prob]`, so every batch spans the difficulty range.
-Rewards (weights configurable): outcome win 1 / draw 0.5 / loss 0 (a game still running at the turn cap is a loss),
-format (share of turns with a `<think>` block and exactly one well-formed call; weight 0.2), invalid-move penalty
-(-0.1 flat if any call was invalid: unparsable, unknown tool, bad arguments, occupied or out-of-range cell).
-Metrics: win, draw, loss, invalid_moves, moves.
+Two kinds of task (`task=`):
+- `game` (default): a whole game. Example i has seed `seed * 1_000_003 + i`, a random-move probability drawn
+  uniformly inside bucket `i % num_groups` of `[min_random_move_prob, max_random_move_prob]` (so every batch spans
+  the difficulty range) and a start (`starts=`): the empty board with a 50/50 starting side (`empty`), a reachable
+  position (`positions`) or a random opening of 0..`opening_moves` random moves, either side first (`openings`).
+  Rewards (weights configurable): outcome win 1 / draw 0.5 / loss 0 (a game still running at the turn cap is a
+  loss), format (share of turns with a `<think>` block and exactly one well-formed call; weight 0.2), invalid-move
+  penalty (-0.1 flat if any call was invalid: unparsable, unknown tool, bad arguments, occupied or out-of-range
+  cell). Metrics: win, draw, loss, invalid_moves, moves, heldout_visits.
+- `move`: one move from a position (`starts=positions`: the reachable positions of `split=`; `openings`: random
+  openings inside the split), graded exactly against the game tree (`positions.analyze`): reward `optimal_move`
+  (1 when the move keeps the game value) plus format and invalid-move penalty; metrics legal, optimal, fastest,
+  win_taken (positions with an immediate win), blocked (positions with a threat and no win). `-n 0` (all) runs the
+  whole split in a fixed order: the position-accuracy evaluation. `agent_plays=O` poses the same positions with O to
+  move; they reach the model through the colour swap `suggest_move` uses, and are graded on the O board itself.
+
+`split=` (`all`, `train`, `heldout`): positions whose hash puts them in the held-out share (`positions.is_heldout`)
+are kept out of every training source of the recipe; games report `heldout_visits` (X-to-move positions of the
+held-out split the game passed through), which `toolgym synth --drop-if heldout_visits` uses.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from typing import Any
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
 from toolgym.policies.scripted import call
+from toolgym_tictactoe import positions as P
 
 SYSTEM_PROMPT = (
     "You are playing tic-tac-toe as X against an opponent playing O. Cells are numbered 0-8, row by row:\n"
@@ -93,6 +106,11 @@ class TicTacToeEnv(StatefulToolEnv):
         format_weight: float = 0.2,
         invalid_penalty: float = 0.1,
         require_think: bool = True,
+        task: str = "game",
+        starts: str | None = None,
+        split: str = "all",
+        opening_moves: int = 4,
+        agent_plays: str = "X",
         transport: str = "stdio",
         **options: Any,
     ) -> None:
@@ -100,6 +118,24 @@ class TicTacToeEnv(StatefulToolEnv):
             raise ValueError("need 0 <= min_random_move_prob <= max_random_move_prob <= 1")
         if num_groups < 1:
             raise ValueError("num_groups must be >= 1")
+        if task not in ("game", "move"):
+            raise ValueError(f"task must be 'game' or 'move', not {task!r}")
+        starts = starts or ("empty" if task == "game" else "positions")
+        if starts not in ("empty", "positions", "openings") or (task == "move" and starts == "empty"):
+            raise ValueError(f"starts must be 'empty', 'positions' or 'openings' ('move' tasks: positions or "
+                             f"openings), not {starts!r}")
+        if split not in ("all", "train", "heldout"):
+            raise ValueError(f"split must be 'all', 'train' or 'heldout', not {split!r}")
+        if split != "all" and starts == "empty":
+            raise ValueError("split applies to position and opening starts; the empty board is in every split")
+        if agent_plays not in ("X", "O") or (agent_plays == "O" and task != "move"):
+            raise ValueError("agent_plays must be 'X' or 'O' ('O' only for task=move)")
+        if not 0 <= opening_moves <= 8:
+            raise ValueError("opening_moves must be in 0..8")
+        self.task, self.starts, self.split = task, starts, split
+        self.opening_moves, self.agent_plays = opening_moves, agent_plays
+        if task == "move":
+            options.setdefault("max_turns", 1)
         self.min_p, self.max_p, self.num_groups = min_random_move_prob, max_random_move_prob, num_groups
         self.win_reward, self.draw_reward = win_reward, draw_reward
         self.format_weight, self.invalid_penalty, self.require_think = format_weight, invalid_penalty, require_think
@@ -108,7 +144,21 @@ class TicTacToeEnv(StatefulToolEnv):
 
     # ------------------------------------------------------------ data
     def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-        n = 100 if n is None else n
+        """Task rows. Games from the empty board: `n` (default 100). Position starts: `n=None` or 0 is every
+        position of the split in a fixed (sorted) order; a smaller `n` a seeded sample; a larger one repeats the
+        split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split."""
+        if self.starts == "positions":
+            boards = P.positions(self.split)
+            if n:
+                rng = random.Random(f"tictactoe-positions:{seed}:{self.split}")
+                order: list[str] = []
+                while len(order) < n:
+                    order.extend(rng.sample(boards, len(boards)))
+                boards = order[:n]
+            n = len(boards)
+        else:
+            n = n or 100
+            boards = []
         rows = []
         width = (self.max_p - self.min_p) / self.num_groups
         for i in range(n):
@@ -116,23 +166,42 @@ class TicTacToeEnv(StatefulToolEnv):
             rng = random.Random(f"tictactoe-example:{ex_seed}")
             group = i % self.num_groups
             lo = self.min_p + group * width
-            rows.append({
-                "seed": ex_seed,
-                "x_starts": rng.random() < 0.5,
-                "random_move_prob": round(lo + rng.random() * width, 4),
-                "group": group,
-            })
+            row: dict[str, Any] = {"seed": ex_seed, "x_starts": rng.random() < 0.5,
+                                   "random_move_prob": round(lo + rng.random() * width, 4), "group": group}
+            if self.starts == "positions":
+                row["board"] = boards[i]
+            elif self.starts == "openings":
+                row["board"], row["x_starts"] = P.random_opening(rng, self.opening_moves, self.split)
+            if "board" in row:
+                pos = P.analyze(row["board"])
+                row.update(x_starts=pos.board.count("X") == pos.board.count("O"), kind=pos.kind,
+                           pieces=pos.pieces, split=pos.split)
+                if self.agent_plays == "O":
+                    row["board"], row["agent_plays"] = P.swap_colours(row["board"]), "O"
+            rows.append(row)
         return rows
+
+    @property
+    def report_by(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Task fields `toolgym eval` breaks the results down by (with CIs and a plot)."""
+        return ("kind", "pieces", "split") if self.starts != "empty" else ()
+
+    @property
+    def report_metrics(self) -> tuple[str, ...] | None:  # type: ignore[override]
+        if self.task == "move":
+            return ("legal", "optimal", "fastest", "win_taken", "blocked", "format_ok")
+        return ("win", "draw", "loss", "format_ok")
 
     # ------------------------------------------------------------ hooks
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
         args = {"seed": task.get("seed", 0), "random_move_prob": task.get("random_move_prob", 0.0)}
         if task.get("board"):
-            args["board"] = task["board"]
+            args["board"] = x_view(task["board"], task.get("agent_plays", "X"))
         else:
             args["x_starts"] = task.get("x_starts")
         res = (await self.call("new_game", **args)).json()
         state["game_id"], state["board_text"], state["over"] = res["game_id"], res["board"], False
+        state["start"] = args.get("board") or "." * 9
 
     def initial_messages(self, task: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:
         if task.get("board"):
@@ -160,21 +229,30 @@ class TicTacToeEnv(StatefulToolEnv):
 
     # ------------------------------------------------------------ rewards
     def build_rubric(self) -> Rubric:
+        if self.task == "move":
+            return Rubric([
+                (optimal, 1.0),
+                (format_ok, self.format_weight),
+                (invalid_move_penalty, 1.0),
+                (legal, 0.0), (fastest, 0.0), (win_taken, 0.0), (blocked, 0.0),
+            ])
         return Rubric([
             (outcome, 1.0),
             (format_ok, self.format_weight),
             (invalid_move_penalty, 1.0),
-            (win, 0.0), (draw, 0.0), (loss, 0.0), (invalid_moves, 0.0), (moves, 0.0),
+            (win, 0.0), (draw, 0.0), (loss, 0.0), (invalid_moves, 0.0), (moves, 0.0), (heldout_visits, 0.0),
         ])
 
     def scripted_players(self) -> dict[str, Any]:
         return {
             "minimax": lambda env, **o: ScriptedPolicy(
-                _minimax_player(0.0, o.get("seed"), o.get("tie_break", "preference")), "scripted:minimax"
+                _minimax_player(0.0, o.get("seed"), o.get("tie_break", "preference"), o.get("think", "scan")),
+                "scripted:minimax"
             ),
             "random": lambda env, **o: ScriptedPolicy(_minimax_player(1.0, o.get("seed")), "scripted:random"),
             "imperfect": lambda env, **o: ScriptedPolicy(
-                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed"), o.get("tie_break", "preference")),
+                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed"), o.get("tie_break", "preference"),
+                                o.get("think", "scan")),
                 "scripted:imperfect",
             ),
         }
@@ -214,6 +292,12 @@ class TicTacToeEnv(StatefulToolEnv):
                     "reasoning": traj.turns[0]["reasoning"] if traj.turns else None}
 
         return {"suggest_move": suggest_move}
+
+
+def x_view(board: str, agent_plays: str = "X") -> str:
+    """The board as the server (and the model, who is always X there) sees it: colours swapped when the agent
+    plays O."""
+    return P.swap_colours(board) if agent_plays == "O" else board
 
 
 def _server_for(transport: str) -> ServerSpec:
@@ -261,6 +345,52 @@ async def moves(env, state) -> float:  # type: ignore[no-untyped-def]
     return float(sum(1 for m in (await _result(env, state))["moves"] if m.startswith("X")))
 
 
+async def heldout_visits(env, state) -> float:  # type: ignore[no-untyped-def]
+    """X-to-move positions of the held-out split this game passed through (`positions.heldout_visits`)."""
+    return float(P.heldout_visits(state["start"], (await _result(env, state))["moves"]))
+
+
+# ---------------------------------------------------------------- one-move tasks (task="move")
+def _first_move(task: dict[str, Any], calls: list[Any]) -> tuple[Any, int | None]:
+    """(the position's analysis on the board as posed, the cell of the agent's first call when it was a legal
+    move, else None). Graded on the posed board for the agent's own side, so an O task checks the colour swap."""
+    side = task.get("agent_plays", "X")
+    pos = P.analyze(task["board"], side)
+    first = calls[0] if calls else None
+    if first is None or first.name != "make_move" or not first.exec_ok:
+        return pos, None
+    return pos, int((first.arguments or {})["position"])
+
+
+def optimal(task, calls) -> float:  # type: ignore[no-untyped-def]
+    """1 when the agent's first call is a legal move that keeps the position's game value (any optimal move)."""
+    pos, cell = _first_move(task, calls)
+    return float(cell in pos.optimal)
+
+
+def legal(task, calls) -> float:  # type: ignore[no-untyped-def]
+    """The agent's first call was make_move on a free cell."""
+    return float(_first_move(task, calls)[1] is not None)
+
+
+def fastest(task, calls) -> float:  # type: ignore[no-untyped-def]
+    """The move is in the depth-aware minimax set (fastest win, slowest loss): stricter than `optimal`."""
+    pos, cell = _first_move(task, calls)
+    return float(cell in pos.fastest)
+
+
+def win_taken(task, calls) -> float | None:  # type: ignore[no-untyped-def]
+    """On positions with an immediate win: the move wins at once (None elsewhere)."""
+    pos, cell = _first_move(task, calls)
+    return float(cell in pos.wins) if pos.kind == "win" else None
+
+
+def blocked(task, calls) -> float | None:  # type: ignore[no-untyped-def]
+    """On positions with a threat and no win: the move takes a threatened cell (None elsewhere)."""
+    pos, cell = _first_move(task, calls)
+    return float(cell in pos.threats) if pos.kind == "block" else None
+
+
 def invalid_moves(calls, turns) -> float:  # type: ignore[no-untyped-def]
     """Calls that did not make a legal move (bad syntax, unknown tool, bad arguments, occupied/out-of-range cell)
     plus turns whose tool-call markup could not be parsed."""
@@ -304,18 +434,52 @@ def _threat(board: str, line: tuple[int, ...]) -> tuple[str, int] | None:
     return None
 
 
-def scan_lines(board: str) -> str:
+THINK_FORMATS = ("scan", "forks")
+
+
+def _open_mark(board: str, line: tuple[int, ...]) -> str | None:
+    """'x' if `line` holds one X and two free cells (X could make two in a row there), 'o' for one O, else None."""
+    cells = [board[i] for i in line]
+    if cells.count(".") == 2:
+        for side in ("X", "O"):
+            if cells.count(side) == 1:
+                return side.lower()
+    return None
+
+
+def fork_cells(board: str, side: str) -> list[int]:
+    """Free cells where `side` would make two lines of two at once (a fork): cells shared by two lines that each
+    hold one `side` piece and two free cells."""
+    from collections import Counter
+
+    from mcp_server_tictactoe import game as g
+
+    count: Counter[int] = Counter()
+    for line in g.LINES:
+        cells = [board[i] for i in line]
+        if cells.count(side) == 1 and cells.count(".") == 2:
+            count.update(i for i in line if board[i] == ".")
+    return sorted(c for c, k in count.items() if k >= 2)
+
+
+def scan_lines(board: str, think: str = "scan") -> str:
     """The eight lines of three, one per text line: its cells, then their contents with free cells as their number,
     and a mark on a line one move from three (`048: X X 8 win 8`, `258: O 5 O block 5`); rows, columns, diagonals.
     The teacher writes this before its verdict, so a small model finds a threat one cell lookup at a time and one
-    text line at a time instead of in one step over the whole board; the spaces keep every content its own token."""
+    text line at a time instead of in one step over the whole board; the spaces keep every content its own token.
+    `think="forks"` also marks lines with one piece and two free cells (`036: X 3 6 x`, `147: 1 O 7 o`), the lines
+    a fork is made of."""
     from mcp_server_tictactoe import game as g
 
     out = []
     for line in g.LINES:
         text = "".join(map(str, line)) + ": " + " ".join(board[i] if board[i] != g.EMPTY else str(i) for i in line)
         mark = _threat(board, line)
-        out.append(text + (f" {mark[0]} {mark[1]}" if mark else ""))
+        if mark:
+            text += f" {mark[0]} {mark[1]}"
+        elif think == "forks" and (om := _open_mark(board, line)):
+            text += f" {om}"
+        out.append(text)
     return "\n".join(out)
 
 
@@ -349,14 +513,22 @@ def safe_value(board: str, x_to_move: bool) -> float:
     return max(safe_value(g.play(board, c, "X"), False) for c in moves)
 
 
-def explain_best_move(board: str, tie_break: str = "preference", rng: random.Random | None = None) -> tuple[int, str]:
+def explain_best_move(board: str, tie_break: str = "preference", rng: random.Random | None = None,
+                      think: str = "scan") -> tuple[int, str]:
     """A minimax-best move for X and a reason a small model can imitate token by token: the line scan
     (`scan_lines`), then the verdict: the first `win` line of the scan, else the first `block` line (`forced_move`),
     else a best move chosen by `tie_break` (see `_minimax_player`; "random" draws with `rng`). The teacher's think
-    block is this text."""
+    block is this text.
+
+    `think="forks"`: quiet verdicts also name both sides' fork cells (`fork_cells`: "No threats. X forks: 2, 6.
+    O forks: none. I play 2."), and among the best moves the teacher prefers, in this order, its first fork cell, then
+    the opponent's fork cell when there is exactly one, then `tie_break` -- a rule a small model can carry to
+    positions it never saw."""
     from mcp_server_tictactoe import game as g
 
-    scan = scan_lines(board)
+    if think not in THINK_FORMATS:
+        raise ValueError(f"think must be one of {THINK_FORMATS}, not {think!r}")
+    scan = scan_lines(board, think)
     cell = forced_move(board)
     if cell is not None:
         if cell in completing_cells(board, "X"):
@@ -366,15 +538,24 @@ def explain_best_move(board: str, tie_break: str = "preference", rng: random.Ran
     if tie_break == "exploit":  # the best move against a random opponent among those that never lose
         top = max(safe_value(g.play(board, c, "X"), False) for c in best)
         best = [c for c in best if safe_value(g.play(board, c, "X"), False) >= top - 1e-12]
-    if tie_break == "random":
+    rule = None
+    if think == "forks":
+        xf, of = fork_cells(board, "X"), fork_cells(board, "O")
+        rule = xf[0] if xf else (of[0] if len(of) == 1 else None)
+    if rule is not None and rule in best:
+        cell = rule
+    elif tie_break == "random":
         cell = (rng or random.Random()).choice(best)
     else:  # preference, and ties among exploit's best moves
         cell = next(c for c in PREFERENCE if c in best)
+    if think == "forks":
+        names = [", ".join(map(str, f)) or "none" for f in (xf, of)]
+        return cell, f"{scan}\nNo threats. X forks: {names[0]}. O forks: {names[1]}. I play {cell}."
     return cell, f"{scan}\nNo threats. I play {cell}."
 
 
 def _minimax_player(  # type: ignore[no-untyped-def]
-    mistake_prob: float, seed: int | None = None, tie_break: str = "preference"
+    mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan"
 ):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
@@ -383,6 +564,8 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     "exploit" (the minimax-best move that wins most often against a random opponent, `safe_value`)."""
     if tie_break not in ("preference", "random", "exploit"):
         raise ValueError(f"tie_break must be 'preference', 'random' or 'exploit', not {tie_break!r}")
+    if think not in THINK_FORMATS:
+        raise ValueError(f"think must be one of {THINK_FORMATS}, not {think!r}")
     from mcp_server_tictactoe import game as g
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
@@ -395,9 +578,9 @@ def _minimax_player(  # type: ignore[no-untyped-def]
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
         if rng.random() < mistake_prob:
             cell = rng.choice(free)
-            why = f"{scan_lines(board)}\nI'll play somewhere free. I play {cell}."
+            why = f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
         else:
-            cell, why = explain_best_move(board, tie_break, rng)
+            cell, why = explain_best_move(board, tie_break, rng, think)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act
