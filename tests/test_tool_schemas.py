@@ -19,7 +19,15 @@ from toolgym.serve import build_agent_server
 from toolgym.tool_schema import described_signature, parse_docstring, undescribed
 
 
+# The one exception: tic-tac-toe's `make_move`, the tool the committed 0.9M checkpoint calls, keeps the exact text it
+# was trained on (its docstring with an `Args:` block, `position` without a description); changing that text cost
+# the checkpoint 1 % -> 11 % losses vs the optimal opponent. Lift it when the checkpoint is retrained.
+FROZEN = {"make_move"}
+
+
 def _problems(name: str, description: str | None, schema: dict[str, Any]) -> list[str]:
+    if name in FROZEN:
+        return []
     out = []
     if not description or not description.strip():
         out.append(f"{name}: no description")
@@ -74,6 +82,29 @@ async def test_served_agent_describes_its_tools() -> None:
     await env.aclose()
 
 
+def test_tictactoe_prompt_is_what_the_committed_checkpoint_was_trained_on() -> None:
+    env = load_env("tictactoe", transport="inprocess")
+
+    async def tools() -> list[dict[str, Any]]:
+        async with env:
+            return env.model_tools()
+
+    import asyncio
+
+    assert asyncio.run(tools()) == [
+        {"type": "function", "function": {
+            "name": "get_board", "description": "Show the current board, whose move it is and the free cells.",
+            "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {
+            "name": "make_move",
+            "description": "Place your X on a free cell (0-8, row by row); the opponent replies at once.\n\n"
+                           "        Args:\n            position: The cell to play, 0 (top left) to 8 (bottom right).\n"
+                           "        ",
+            "parameters": {"type": "object", "properties": {"position": {"title": "Position", "type": "integer"}},
+                           "required": ["position"]}}},
+    ]
+
+
 @pytest.mark.parametrize("env_name", ["tictactoe", "sql", "wiki"])
 def test_toolgym_tools_shows_the_descriptions(env_name: str, wiki_cache: None) -> None:
     """What the model sees (hidden tools and arguments removed), env tools (`submit_answer`, `answer`) included."""
@@ -84,6 +115,8 @@ def test_toolgym_tools_shows_the_descriptions(env_name: str, wiki_cache: None) -
     assert not problems, "\n".join(problems)
     env_tool = {"sql": "submit_answer", "wiki": "answer", "tictactoe": "make_move"}[env_name]
     assert tools[env_tool]["parameters"]["properties"]
+    if env_name != "tictactoe":
+        assert all(p["description"] for p in tools[env_tool]["parameters"]["properties"].values())
 
 
 def test_google_docstrings_become_parameter_descriptions() -> None:
