@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up toolgym on a fresh machine: a .venv with toolgym (train + dev extras) and every bundled MCP server and
-# environment package (servers/*, envs/*) installed editable. Idempotent. Needs python3 >= 3.11.
+# Set up toolgym on a fresh machine: a .venv with toolgym (train, trl, dev, examples and docs extras) and every bundled
+# MCP server and environment package (servers/*, envs/*) installed editable. Idempotent. Needs python3 >= 3.11.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -8,8 +8,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch 2.13.0: a CPU wheel on our CI machines; elsewhere pip picks the build for your platform.
 if [ -z "${TOOLGYM_NO_TORCH:-}" ]; then .venv/bin/python -m pip install -q "torch==2.13.0"; fi
-args=(-e ".[dev,examples]")
-[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,trl,dev,examples]")
+args=(-e ".[dev,examples,docs]")
+[ -z "${TOOLGYM_NO_TORCH:-}" ] && args=(-e ".[train,trl,dev,examples,docs]")
 for d in servers/*/ envs/*/; do
   [ -f "$d/pyproject.toml" ] && args+=(-e "$d")
 done
