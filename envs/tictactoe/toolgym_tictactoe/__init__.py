@@ -268,7 +268,7 @@ class TicTacToeEnv(StatefulToolEnv):
             """Ask the agent for its move on a board; returns the move, the board after it and the game status.
 
             Args:
-                board: The position, 9 cells row by row: X, O, or '.' for empty (e.g. "X.O.X...." or "X|.|O/...").
+                board: The position, 9 cells row by row: X, O, or '.' for empty (e.g. "X...O...." or "X..|.O.|...").
                 agent_plays: The side the agent plays; it must be that side's turn (choices: ["X", "O"]).
             """
             agent.check_text(board, "board")
