@@ -19,15 +19,7 @@ from toolgym.serve import build_agent_server
 from toolgym.tool_schema import described_signature, parse_docstring, undescribed
 
 
-# The one exception: tic-tac-toe's `make_move`, the tool the committed 0.9M checkpoint calls, keeps the exact text it
-# was trained on (its docstring with an `Args:` block, `position` without a description); changing that text cost
-# the checkpoint 1 % -> 11 % losses vs the optimal opponent. Lift it when the checkpoint is retrained.
-FROZEN = {"make_move"}
-
-
 def _problems(name: str, description: str | None, schema: dict[str, Any]) -> list[str]:
-    if name in FROZEN:
-        return []
     out = []
     if not description or not description.strip():
         out.append(f"{name}: no description")
@@ -83,6 +75,9 @@ async def test_served_agent_describes_its_tools() -> None:
 
 
 def test_tictactoe_prompt_is_what_the_committed_checkpoint_was_trained_on() -> None:
+    """A tiny model reads its prompt literally: changing this text (the tool schemas the model sees) changes how the
+    committed checkpoint plays (a changed make_move description once cost the previous checkpoint 1 % -> 11 % losses
+    vs the optimal opponent). Change it only together with a retrained checkpoint."""
     env = load_env("tictactoe", transport="inprocess")
 
     async def tools() -> list[dict[str, Any]]:
@@ -97,11 +92,10 @@ def test_tictactoe_prompt_is_what_the_committed_checkpoint_was_trained_on() -> N
             "parameters": {"type": "object", "properties": {}}}},
         {"type": "function", "function": {
             "name": "make_move",
-            "description": "Place your X on a free cell (0-8, row by row); the opponent replies at once.\n\n"
-                           "        Args:\n            position: The cell to play, 0 (top left) to 8 (bottom right).\n"
-                           "        ",
-            "parameters": {"type": "object", "properties": {"position": {"title": "Position", "type": "integer"}},
-                           "required": ["position"]}}},
+            "description": "Place your X on a free cell (0-8, row by row); the opponent replies at once.",
+            "parameters": {"type": "object", "properties": {"position": {
+                "description": "The cell to play, 0 (top left) to 8 (bottom right).", "title": "Position",
+                "type": "integer"}}, "required": ["position"]}}},
     ]
 
 
@@ -115,8 +109,6 @@ def test_toolgym_tools_shows_the_descriptions(env_name: str, wiki_cache: None) -
     assert not problems, "\n".join(problems)
     env_tool = {"sql": "submit_answer", "wiki": "answer", "tictactoe": "make_move"}[env_name]
     assert tools[env_tool]["parameters"]["properties"]
-    if env_name != "tictactoe":
-        assert all(p["description"] for p in tools[env_tool]["parameters"]["properties"].values())
 
 
 def test_google_docstrings_become_parameter_descriptions() -> None:
