@@ -194,3 +194,26 @@ def test_prefix_check_fails_loudly(tiny_dir):  # type: ignore[no-untyped-def]
     with pytest.raises(TemplateNotPrefixPreservingError):
         HFPolicy(str(tiny_dir), chat_template=QWEN3_LIKE)
     HFPolicy(str(tiny_dir), chat_template=QWEN3_LIKE, check_template="tools")
+
+
+def test_tokenizer_corpus_from_teacher_rows(tiny_dir, tmp_path):  # type: ignore[no-untyped-def]
+    """`--corpus-file rows.jsonl` (toolgym synth output) teaches the tokenizer the env's own text: a teacher thought
+    tokenizes shorter than with the built-in corpus alone."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from toolgym.models.tiny import corpus_file_texts, init_tiny
+
+    thought = "Scanning: fork on the anti-diagonal; zugzwang avoided, so I play the quixotic corner."
+    row = {"messages": [{"role": "user", "content": "Board?"},
+                        {"role": "assistant", "content": "", "reasoning_content": thought,
+                         "tool_calls": [{"type": "function", "function": {"name": "make_move", "arguments": "{}"}}]}],
+           "tools": [{"type": "function", "function": {"name": "make_move", "parameters": {}}}]}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(row) for _ in range(50)) + "\n")
+    texts = corpus_file_texts(rows)
+    assert thought in texts and any("make_move" in t for t in texts) and "Board?" in texts
+    with_rows = AutoTokenizer.from_pretrained(init_tiny(tmp_path / "t", size="tiny", extra_corpus_files=[rows]))
+    plain = AutoTokenizer.from_pretrained(tiny_dir)
+    assert len(with_rows(thought)["input_ids"]) < len(plain(thought)["input_ids"])

@@ -21,7 +21,8 @@ def init_tiny_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed for the corpus, tokenizer and weights (deterministic)."),
     vocab_size: int = typer.Option(2048, "--vocab-size", help="Upper bound on the BPE vocabulary."),
     corpus: list[str] = typer.Option(["chatml", "tictactoe"], "--corpus", help="Corpus sources (repeatable)."),
-    corpus_file: list[Path] = typer.Option([], "--corpus-file", help="Extra text files for the tokenizer corpus."),
+    corpus_file: list[Path] = typer.Option([], "--corpus-file", help="Extra tokenizer corpus: text files, or "
+                                           "`toolgym synth` JSONL rows (their messages, thoughts and tool schemas)."),
 ) -> None:
     """Build a random-weight Qwen2-style model with a locally trained tokenizer (no hub needed)."""
     import json

@@ -206,6 +206,26 @@ def chatml_corpus(rng: random.Random) -> Iterator[str]:
         yield json.dumps({rng.choice(words): rng.choice([rng.randint(0, 999), rng.choice(words), True, None])})
 
 
+def corpus_file_texts(path: Path, max_rows: int = 2000) -> list[str]:
+    """Texts of a corpus file: the lines of a text file, or, for `.jsonl` chat rows (`toolgym synth` output), every
+    message's content and reasoning and the tool schemas of the first `max_rows` rows -- so the tokenizer learns the
+    env's own prompts, tool results and teacher thoughts."""
+    if path.suffix != ".jsonl":
+        return path.read_text(encoding="utf-8").splitlines()
+    texts: list[str] = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= max_rows:
+                break
+            row = json.loads(line)
+            for m in row.get("messages", []):
+                texts.extend(str(m[k]) for k in ("content", "reasoning_content") if m.get(k))
+                texts.extend(json.dumps(c.get("function", c)) for c in m.get("tool_calls") or [])
+            if row.get("tools"):
+                texts.append(json.dumps(row["tools"]))
+    return texts
+
+
 def build_corpus(sources: Iterable[str] = ("chatml", "tictactoe"), seed: int = 0, extra_files: Iterable[str | Path] = ()) -> list[str]:
     """Texts for tokenizer training from registered sources plus any extra text files."""
     rng = random.Random(seed)
@@ -215,7 +235,7 @@ def build_corpus(sources: Iterable[str] = ("chatml", "tictactoe"), seed: int = 0
             raise ValueError(f"unknown corpus source {name!r}; known: {sorted(CORPORA)}")
         texts.extend(CORPORA[name](rng))
     for f in extra_files:
-        texts.extend(Path(f).read_text(encoding="utf-8").splitlines())
+        texts.extend(corpus_file_texts(Path(f)))
     # a few full rendered conversations, so template scaffolding merges well
     from toolgym.models.formats import HermesFormat
 

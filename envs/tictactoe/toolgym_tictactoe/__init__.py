@@ -11,7 +11,8 @@ Two kinds of task (`task=`):
   penalty (-0.1 flat if any call was invalid: unparsable, unknown tool, bad arguments, occupied or out-of-range
   cell). Metrics: win, draw, loss, invalid_moves, moves, heldout_visits.
 - `move`: one move from a position (`starts=positions`: the reachable positions of `split=`; `openings`: random
-  openings inside the split), graded exactly against the game tree (`positions.analyze`): reward `optimal_move`
+  openings inside the split; `kinds=` narrows position starts to win / block / quiet / free positions), graded
+  exactly against the game tree (`positions.analyze`): reward `optimal_move`
   (1 when the move keeps the game value) plus format and invalid-move penalty; metrics legal, optimal, fastest,
   win_taken (positions with an immediate win), blocked (positions with a threat and no win). `-n 0` (all) runs the
   whole split in a fixed order: the position-accuracy evaluation. `agent_plays=O` poses the same positions with O to
@@ -110,6 +111,7 @@ class TicTacToeEnv(StatefulToolEnv):
         starts: str | None = None,
         split: str = "all",
         opening_moves: int = 4,
+        kinds: str | list[str] = "all",
         agent_plays: str = "X",
         transport: str = "stdio",
         **options: Any,
@@ -132,6 +134,10 @@ class TicTacToeEnv(StatefulToolEnv):
             raise ValueError("agent_plays must be 'X' or 'O' ('O' only for task=move)")
         if not 0 <= opening_moves <= 8:
             raise ValueError("opening_moves must be in 0..8")
+        kinds = list(P.KINDS) if kinds == "all" else [kinds] if isinstance(kinds, str) else list(kinds)
+        if not kinds or set(kinds) - set(P.KINDS) or starts != "positions" and kinds != list(P.KINDS):
+            raise ValueError(f"kinds must be 'all' or a list of {P.KINDS} (position starts only), not {kinds!r}")
+        self.kinds = kinds
         self.task, self.starts, self.split = task, starts, split
         self.opening_moves, self.agent_plays = opening_moves, agent_plays
         if task == "move":
@@ -148,7 +154,7 @@ class TicTacToeEnv(StatefulToolEnv):
         position of the split in a fixed (sorted) order; a smaller `n` a seeded sample; a larger one repeats the
         split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split."""
         if self.starts == "positions":
-            boards = P.positions(self.split)
+            boards = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds]
             if n:
                 rng = random.Random(f"tictactoe-positions:{seed}:{self.split}")
                 order: list[str] = []

@@ -14,7 +14,8 @@ Optimal = a move that keeps the position's game-theoretic value (win / draw / lo
 sides); any such move counts. `fastest` is the stricter depth-aware set the server's opponent uses (faster wins,
 slower losses).
 
-Held-out split: a fixed share of the positions with at least two pieces, chosen by a hash of the board, never
+Held-out split: a fixed share of the positions with at least two pieces, chosen by a hash of the board's symmetry
+class (all rotations and reflections of a held-out board are held out with it), never
 appears in any training source of the recipe (teacher data, GRPO tasks); positions with 0 or 1 pieces start every
 game, so they are always in the training split.
 """
@@ -59,12 +60,26 @@ def completing(board: str, side: str) -> tuple[int, ...]:
     return tuple(c for c in g.free_cells(board) if g.winner(g.play(board, c, side)) == side)
 
 
+# the 8 symmetries of the square as cell permutations (rotations and reflections of the 3x3 grid)
+SYMMETRIES: tuple[tuple[int, ...], ...] = tuple(
+    tuple(3 * r + c for r, c in (f(i // 3, i % 3) for i in range(9)))
+    for f in (lambda r, c: (r, c), lambda r, c: (c, 2 - r), lambda r, c: (2 - r, 2 - c), lambda r, c: (2 - c, r),
+              lambda r, c: (r, 2 - c), lambda r, c: (2 - r, c), lambda r, c: (c, r), lambda r, c: (2 - c, 2 - r))
+)
+
+
+def canonical(board: str) -> str:
+    """The smallest of a board's 8 images under rotation and reflection: one name per symmetry class."""
+    return min("".join(board[p[i]] for i in range(9)) for p in SYMMETRIES)
+
+
 def is_heldout(board: str, share: float = HELDOUT_SHARE) -> bool:
-    """Whether a position belongs to the held-out split: a stable hash of the board below `share`, for positions
-    with at least two pieces."""
+    """Whether a position belongs to the held-out split: a stable hash of its symmetry class (`canonical`) below
+    `share`, for positions with at least two pieces. Whole classes are held out, so no rotated or mirrored copy of a
+    held-out position is trained on either."""
     if 9 - board.count(g.EMPTY) < 2:
         return False
-    digest = hashlib.sha256(f"tictactoe-heldout:{board}".encode()).digest()
+    digest = hashlib.sha256(f"tictactoe-heldout:{canonical(board)}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < share
 
 
