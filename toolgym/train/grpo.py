@@ -54,8 +54,8 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     m["reward_std"] = statistics.pstdev(rs)
     for k in sorted({k for t in ok for k in t.rewards}):
         m[f"rewards/{k}"] = statistics.fmean(t.rewards.get(k, 0.0) for t in ok)
-    for k in sorted({k for t in ok for k in t.metrics}):
-        m[f"metrics/{k}"] = statistics.fmean(t.metrics.get(k, 0.0) for t in ok)
+    for k in sorted({k for t in ok for k in t.metrics}):  # over the rollouts a metric applies to
+        m[f"metrics/{k}"] = statistics.fmean(t.metrics[k] for t in ok if k in t.metrics)
     calls = [c for t in ok for c in t.calls]
     m["tool_call_valid"] = sum(c.exec_ok for c in calls) / len(calls) if calls else 0.0
     m["invalid_rate"] = statistics.fmean(
