@@ -163,3 +163,16 @@ def test_agent_run_times_out_with_a_clear_error():
     res = asyncio.run(go())
     assert res.is_error and "did not finish within 0.5s" in res.content[0].text
     assert srv.agent.stats["timeouts"] == 1
+
+
+def test_suggest_move_for_o_goes_through_the_colour_swap():
+    srv = _server()
+
+    async def go():
+        async with Client(srv) as c:
+            d = _payload(await c.call_tool("suggest_move", {"board": "OO.XX.X..", "agent_plays": "O"}))
+            assert d["position"] == 2 and d["status"] == "agent_won" and d["board_after"] == "OOOXX.X.."
+            d = _payload(await c.call_tool("suggest_move", {"board": "XX.OO....", "agent_plays": "X"}))
+            assert d["position"] == 2 and d["board_after"] == "XXXOO...."
+
+    asyncio.run(go())

@@ -330,14 +330,15 @@ def test_think_report_scores_the_teacher_perfectly_and_a_random_player_not(tmp_p
     spec.loader.exec_module(mod)
     stats = {}
     for name, player, extra in (("minimax", "minimax", []), ("minimax-tb", "minimax", ["--model-arg", "tie_break=random"]),
+                                ("track", "minimax", ["--model-arg", "think=track", "--model-arg", "tie_break=exploit"]),
                                 ("random", "random", [])):
         out = tmp_path / name
         res = CliRunner().invoke(app, ["eval", "tictactoe", "-m", f"scripted:{player}", *extra, "-n", "40", "-a",
                                        "transport=inprocess", "-a", "max_random_move_prob=1", "-a",
                                        "min_random_move_prob=1", "-o", str(out)], catch_exceptions=False)
         assert res.exit_code == 0, res.output
-        stats[name] = mod.report([out])
-    for teacher in (stats["minimax"], stats["minimax-tb"]):  # either tie-break: every quiet verdict names a best move
+        stats[name] = mod.report([out], "track" if name == "track" else "scan")
+    for teacher in (stats["minimax"], stats["minimax-tb"], stats["track"]):  # either tie-break: every quiet verdict names a best move
         assert set(teacher) == {"win", "block", "quiet"}
         for c in teacher.values():
             assert c["turns"] > 0 and all(c[k] == c["turns"] for k in ("scan_ok", "verdict_ok", "move_as_said", "legal", "best"))

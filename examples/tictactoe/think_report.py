@@ -1,11 +1,12 @@
 """Where a tic-tac-toe model's reasoning goes wrong: reads `toolgym eval ... -o DIR` results and checks every
 assistant turn against the teacher (`toolgym_tictactoe.explain_best_move`).
 
-    python examples/tictactoe/think_report.py runs/tictactoe/eval/sft-vs-optimal [more eval dirs]
+    python examples/tictactoe/think_report.py [--think track] runs/tictactoe/eval/sft-positions-all [more eval dirs]
 
-Per turn kind (win / block / quiet: what the position needs) it prints how often the line scan is copied right,
-the verdict is right, the move is the one the think block names, and the move is minimax-best. A quiet verdict
-counts as right when it names any minimax-best move (the teacher's `tie_break=random` draws among them).
+Per turn kind (win / block / quiet: what the position needs) it prints how often the line scan is written right
+(in the teacher's think format `--think`: scan, forks or track, the recipe's), the verdict is right, the move is
+the one the think block names, and the move is minimax-best. A quiet verdict counts as right when it plays any
+optimal move (any move that keeps the game value) and, in the forks/track formats, names the fork cells right.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from mcp_server_tictactoe import game as g
 from toolgym_tictactoe import board_from_messages, completing_cells, explain_best_move, scan_lines
+from toolgym_tictactoe.positions import analyze
 
 _PLAY = re.compile(r"I play (\d)\.")
 
@@ -28,14 +30,16 @@ def turn_kind(board: str) -> str:
     return "block" if completing_cells(board, "O") else "quiet"
 
 
-def verdict_ok(board: str, verdict: str) -> bool:
-    """The teacher's verdict for `board`; in a quiet position `No threats. I play N.` with any minimax-best N."""
+def verdict_ok(board: str, verdict: str, think: str = "scan") -> bool:
+    """The teacher's verdict for `board`; in a quiet position the teacher's words with any optimal move."""
+    want = explain_best_move(board, think=think)[1].split("\n")[-1]
     if turn_kind(board) == "quiet":
-        return verdict in {f"No threats. I play {c}." for c in g.best_moves(board, "X")}
-    return verdict == explain_best_move(board)[1].split("\n")[-1]
+        stem = want.rsplit(" I play ", 1)[0]
+        return verdict in {f"{stem} I play {c}." for c in analyze(board).optimal}
+    return verdict == want
 
 
-def report(dirs: list[Path]) -> dict[str, Counter]:
+def report(dirs: list[Path], fmt: str = "scan") -> dict[str, Counter]:
     stats: dict[str, Counter] = {}
     for d in dirs:
         for line in (d / "results.jsonl").read_text().splitlines():
@@ -50,8 +54,8 @@ def report(dirs: list[Path]) -> dict[str, Counter]:
                 c["turns"] += 1
                 think = (m.get("reasoning_content") or "").strip()
                 *scan, verdict = think.split("\n") if think else [""]
-                c["scan_ok"] += "\n".join(scan) == scan_lines(board)
-                c["verdict_ok"] += verdict_ok(board, verdict)
+                c["scan_ok"] += "\n".join(scan) == scan_lines(board, fmt)
+                c["verdict_ok"] += verdict_ok(board, verdict, fmt)
                 calls = m.get("tool_calls") or []
                 try:
                     move = int(json.loads(calls[0]["function"]["arguments"])["position"]) if calls else None
@@ -60,12 +64,16 @@ def report(dirs: list[Path]) -> dict[str, Counter]:
                 said = _PLAY.search(verdict)
                 c["move_as_said"] += said is not None and move == int(said.group(1))
                 c["legal"] += move in g.free_cells(board)
-                c["best"] += move in g.best_moves(board, "X")
+                c["best"] += move in analyze(board).optimal
     return stats
 
 
 def main() -> None:
-    stats = report([Path(a) for a in sys.argv[1:]])
+    args = sys.argv[1:]
+    think = "scan"
+    if args[:1] == ["--think"]:
+        think, args = args[1], args[2:]
+    stats = report([Path(a) for a in args], think)
     cols = ["scan_ok", "verdict_ok", "move_as_said", "legal", "best"]
     print(f"{'kind':<6} {'turns':>6} " + " ".join(f"{c:>12}" for c in cols))
     for kind in ("win", "block", "quiet"):

@@ -281,7 +281,7 @@ class TicTacToeEnv(StatefulToolEnv):
             side = agent_plays.strip().upper()
             if side not in ("X", "O"):
                 raise ToolError("agent_plays must be 'X' or 'O'")
-            cells = parse_position(board.translate(str.maketrans("XOxo", "OXox")) if side == "O" else board)
+            cells = parse_position(x_view(board, side))  # the agent always plays X on the server
             seed = int(cells.translate(str.maketrans(".XO", "012")), 3)  # stable per position
             traj = await agent.run({"seed": seed, "board": cells}, max_turns=1)
             move = next((c for c in traj.calls if c.name == "make_move"), None)
@@ -292,9 +292,7 @@ class TicTacToeEnv(StatefulToolEnv):
             pos = int((move.arguments or {})["position"])
             after = g.play(cells, pos, "X")
             status = {"X": "agent_won"}.get(g.winner(after) or "", "draw" if g.EMPTY not in after else "in_progress")
-            if side == "O":
-                after = after.translate(str.maketrans("XO", "OX"))
-            return {"position": pos, "valid": True, "board_after": after, "status": status,
+            return {"position": pos, "valid": True, "board_after": x_view(after, side), "status": status,
                     "reasoning": traj.turns[0]["reasoning"] if traj.turns else None}
 
         return {"suggest_move": suggest_move}
@@ -440,7 +438,7 @@ def _threat(board: str, line: tuple[int, ...]) -> tuple[str, int] | None:
     return None
 
 
-THINK_FORMATS = ("scan", "forks", "track")
+THINK_FORMATS = ("scan", "forks", "track", "slots")
 
 
 def _open_mark(board: str, line: tuple[int, ...]) -> str | None:
@@ -476,22 +474,29 @@ def scan_lines(board: str, think: str = "scan") -> str:
     `think="forks"` also marks lines with one piece and two free cells (`036: X 3 6 x`, `147: 1 O 7 o`), the lines
     a fork is made of. `think="track"` does that and ends every line with the forced move found so far (`| block 5`,
     `| win 2`, `| -`: the first win, else the first block), so the verdict copies from the line just above instead
-    of searching the whole scan -- a local step a tiny model learns reliably."""
+    of searching the whole scan -- a local step a tiny model learns reliably. `think="slots"` ends every line with
+    two slots instead, the first win cell and the first block cell seen so far (`| 6 -`, `| - 5`, `| 6 5`): each
+    slot is copied from the line above or filled from this line's mark of its own kind, never mixed."""
     from mcp_server_tictactoe import game as g
 
     out = []
     best: tuple[str, int] | None = None  # "track": the forced move so far (first win, else first block)
+    first: dict[str, int] = {}  # "slots": the first win cell and the first block cell so far
     for line in g.LINES:
         text = "".join(map(str, line)) + ": " + " ".join(board[i] if board[i] != g.EMPTY else str(i) for i in line)
         mark = _threat(board, line)
         if mark:
             text += f" {mark[0]} {mark[1]}"
-        elif think in ("forks", "track") and (om := _open_mark(board, line)):
+        elif think in ("forks", "track", "slots") and (om := _open_mark(board, line)):
             text += f" {om}"
         if think == "track":
             if mark and (best is None or (best[0] == "block" and mark[0] == "win")):
                 best = mark
             text += f" | {best[0]} {best[1]}" if best else " | -"
+        if think == "slots":
+            if mark:
+                first.setdefault(mark[0], mark[1])
+            text += " | " + " ".join(str(first[k]) if k in first else "-" for k in ("win", "block"))
         out.append(text)
     return "\n".join(out)
 
@@ -552,7 +557,7 @@ def explain_best_move(board: str, tie_break: str = "preference", rng: random.Ran
         top = max(safe_value(g.play(board, c, "X"), False) for c in best)
         best = [c for c in best if safe_value(g.play(board, c, "X"), False) >= top - 1e-12]
     rule = None
-    if think in ("forks", "track"):
+    if think in ("forks", "track", "slots"):
         xf, of = fork_cells(board, "X"), fork_cells(board, "O")
         rule = xf[0] if xf else (of[0] if len(of) == 1 else None)
     if rule is not None and rule in best:
@@ -561,7 +566,7 @@ def explain_best_move(board: str, tie_break: str = "preference", rng: random.Ran
         cell = (rng or random.Random()).choice(best)
     else:  # preference, and ties among exploit's best moves
         cell = next(c for c in PREFERENCE if c in best)
-    if think in ("forks", "track"):
+    if think in ("forks", "track", "slots"):
         names = [", ".join(map(str, f)) or "none" for f in (xf, of)]
         return cell, f"{scan}\nNo threats. X forks: {names[0]}. O forks: {names[1]}. I play {cell}."
     return cell, f"{scan}\nNo threats. I play {cell}."
