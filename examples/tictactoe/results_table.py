@@ -1,40 +1,142 @@
-"""Print the results table (win/draw/loss %, valid tool calls) from runs/tictactoe/eval/*/summary.json."""
+"""Markdown tables of the tic-tac-toe recipe from its eval folders (`runs/tictactoe/eval/<model>-<what>/summary.json`,
+written by `run.sh`): position accuracy with 95 % Wilson intervals, game results over both eval seeds pooled, valid
+tool calls.
+
+    python examples/tictactoe/results_table.py [runs/tictactoe] [MODEL ...]
+
+Without MODEL names, every model that has evals is listed (in the order their folders were made).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
-
-def row(summary: dict) -> tuple[float, float, float, float]:  # type: ignore[type-arg]
-    m = summary.get("metrics", {})
-    def g(k: str) -> float:
-        v = m.get(k, {})
-        return float(v.get("mean", v) if isinstance(v, dict) else v or 0.0)
-    valid = summary.get("tool_accuracy", {}).get("*", {}).get("exec_ok", 0.0)  # share of all calls that made a move
-    return g("win"), g("draw"), g("loss"), float(valid)
+SEEDS = ("12345", "777")
 
 
-def main(root: Path) -> None:
-    print("| model | vs random W/D/L % (seed 12345 · 777) | vs optimal W/D/L % (12345 · 777) | legal-move calls, random / optimal (12345) |")
-    print("|---|---|---|---|")
-    for name in ("base", "sft", "grpo1", "grpo2"):
-        cells, valid = [], []
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def rate(k: float, n: int) -> str:
+    """'93.1 (92.3-93.8)': a percentage with its 95 % Wilson interval."""
+    if not n:
+        return "-"
+    lo, hi = wilson(k, n)
+    return f"{100 * k / n:.1f} ({100 * lo:.1f}-{100 * hi:.1f})"
+
+
+def _load(path: Path) -> dict | None:  # type: ignore[type-arg]
+    f = path / "summary.json"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _stat(summary: dict, name: str) -> tuple[float, int]:  # type: ignore[type-arg]
+    for key in ("rewards", "metrics"):
+        if name in summary.get(key, {}):
+            v = summary[key][name]
+            return v["mean"] * v["n"], v["n"]
+    return 0.0, 0
+
+
+def positions(root: Path, model: str, split: str) -> dict[str, tuple[float, int]] | None:
+    """Counts (successes, n) of each position metric for `split` (all / train / heldout), from the whole-set eval
+    (its per-split breakdown) or a held-out-only eval."""
+    s = _load(root / "eval" / f"{model}-positions-all")
+    if s is not None and split != "all":
+        row = s.get("by", {}).get("split", {}).get(split)
+        if row is None:
+            return None
+        return {k: (row[k]["mean"] * row[k]["n"], row[k]["n"]) for k in ("legal", "optimal", "win_taken", "blocked")
+                if k in row}
+    if s is None and split == "heldout":
+        s = _load(root / "eval" / f"{model}-positions-heldout")
+    if s is None:
+        return None
+    return {k: _stat(s, k) for k in ("legal", "optimal", "win_taken", "blocked")}
+
+
+def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
+    """Win / draw / loss counts and valid-call counts over both seeds (pooled)."""
+    tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0}
+    for seed in SEEDS:
+        s = _load(root / "eval" / f"{model}-games-{opponent}-{seed}")
+        if s is None:
+            return None
+        n = s["rollouts"] - s["errors"]
+        for k in ("win", "draw", "loss"):
+            tot[k] += s["metrics"][k]["mean"] * n
+        tot["n"] += n
+        acc = s.get("tool_accuracy", {}).get("*", {})
+        tot["calls"] += acc.get("calls", 0.0)
+        tot["valid"] += acc.get("exec_ok", 0.0) * acc.get("calls", 0.0)
+    return tot
+
+
+def models(root: Path) -> list[str]:
+    seen: dict[str, float] = {}
+    for d in (root / "eval").glob("*"):
+        for marker in ("-positions-", "-games-"):
+            if marker in d.name:
+                name = d.name.split(marker)[0]
+                seen[name] = min(seen.get(name, math.inf), d.stat().st_mtime)
+    return sorted(seen, key=seen.get)  # type: ignore[arg-type]
+
+
+def table(root: Path, names: list[str]) -> str:
+    out = ["| model | held-out positions: optimal % | legal % | all 4,520: optimal % | legal % | vs random W/D/L % "
+           "(200 games) | vs optimal W/D/L % (200 games) | valid calls % |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        held, every = positions(root, name, "heldout"), positions(root, name, "all")
+        cells = [rate(*held["optimal"]) if held else "-", rate(*held["legal"]) if held else "-",
+                 rate(*every["optimal"]) if every else "-", rate(*every["legal"]) if every else "-"]
+        calls = valid = 0.0
         for opp in ("random", "optimal"):
-            per_seed = []
-            for sfx in ("", "-777"):
-                f = root / "eval" / f"{name}-vs-{opp}{sfx}" / "summary.json"
-                if not f.exists():
-                    per_seed.append("-")
-                    continue
-                w, d, l, v = row(json.loads(f.read_text()))
-                per_seed.append(f"{100 * w:.0f}/{100 * d:.0f}/{100 * l:.0f}")
-                if not sfx:
-                    valid.append(f"{100 * v:.1f} %")
-            cells.append(" · ".join(per_seed))
-        print(f"| {name} | {cells[0]} | {cells[1]} | {' / '.join(valid) or '-'} |")
+            g = games(root, name, opp)
+            if g is None or not g["n"]:
+                cells.append("-")
+                continue
+            cells.append("/".join(f"{100 * g[k] / g['n']:.1f}" for k in ("win", "draw", "loss")))
+            calls += g["calls"]
+            valid += g["valid"]
+        cells.append(rate(valid, int(calls)) if calls else "-")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def kinds(root: Path, name: str) -> str:
+    """The whole-set eval of one model by position kind and by split."""
+    s = _load(root / "eval" / f"{name}-positions-all")
+    if s is None:
+        return ""
+    out = [f"| {name}: positions | n | legal % | optimal % | win taken % | blocked % |", "|---|---|---|---|---|---|"]
+    for field in ("split", "kind"):
+        for value, row in s["by"][field].items():
+            cells = [rate(row[k]["mean"] * row[k]["n"], row[k]["n"]) if k in row else "-"
+                     for k in ("legal", "optimal", "win_taken", "blocked")]
+            out.append(f"| {field} {value} | {row['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    root = Path(argv[0]) if argv else Path("runs/tictactoe")
+    names = argv[1:] or models(root)
+    print(table(root, names))
+    for name in names:
+        k = kinds(root, name)
+        if k:
+            print()
+            print(k)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/tictactoe"))
+    main(sys.argv[1:])

@@ -1,36 +1,77 @@
 #!/usr/bin/env bash
-# Tic-tac-toe recipe on CPU with the tiny offline model: teacher data -> SFT -> GRPO phase 1 -> GRPO phase 2,
-# each phase followed by an eval vs the random and the optimal opponent. Run from the repository root.
-# Teacher games: GAMES=4000 by default (200 never taught the 0.9M model legal moves; 2000 played worse; see README.md).
-# TIE_BREAK=exploit (teacher's quiet moves: the never-losing move that wins most vs random; see README.md) or random.
-# One command per phase: `bash examples/tictactoe/run.sh PHASE` with PHASE in init synth sft grpo1 grpo2 evals plot.
+# Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft grpo evals | budget rl | table
+# Main line (the committed default model): synth -> init -> sft -> grpo -> evals.
+#   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
+#           from the empty board that never pass through a held-out position
+#   init    the tiny model (SIZE=small, 0.9M params) with a tokenizer trained on the teacher text
+#   sft     SFT on all of it (sft.toml), then evals
+#   grpo    GRPO on one-move tasks from the training positions (grpo.toml), then evals
+#   evals   every position (4,520, held-out reported apart) + 200 games vs the random and the optimal opponent
+# The RL story at CPU scale (budget.toml, grpo_budget.toml):
+#   budget  SFT learning curve over teacher budgets BUDGETS="200 500 1000" training positions, held-out evals
+#   rl      GRPO from the 200-position start with each of LOSSES="cispo grpo dr_grpo" (same budget), evals
+#   table   the results tables (results_table.py)
 set -euo pipefail
 R=runs/tictactoe
 X=examples/tictactoe
-N=${N:-100}   # games per eval
-SIZE=${SIZE:-small}   # tiny model size: tiny (0.2M) | small (0.9M, measured best here) | base (4.3M)
+SIZE=${SIZE:-small}
+TEACH=(--teacher scripted:minimax --teacher-arg think=track --teacher-arg tie_break=exploit)
+MAXTOK=200   # the longest teacher turn (scan with marks and the running forced move, fork line, call) is 163 tokens
 
-ev() {  # ev NAME MODEL_DIR: greedy, vs the random and the optimal opponent, two seeds (-777 suffix for the second)
+positions() {  # positions NAME MODEL_DIR SPLIT: one-move tasks on every position of SPLIT (all | heldout), greedy
+  toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
+    -a split="$3" -o "$R/eval/$1-positions-$3" --resume
+}
+games() {  # games NAME MODEL_DIR: 100 games per eval seed (12345, 777) vs the random and the optimal opponent, greedy
   for seed in 12345 777; do
     for opp in random optimal; do
       if [ $opp = random ]; then p=1.0; else p=0.0; fi
-      sfx=""; if [ $seed != 12345 ]; then sfx="-$seed"; fi
-      toolgym eval tictactoe -m "hf:$2" -n "$N" -c 64 -t 0 --max-tokens 144 --seed $seed \
-        -a transport=inprocess -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-vs-$opp$sfx"
+      toolgym eval tictactoe -m "hf:$2" -n 100 -c 64 -t 0 --max-tokens $MAXTOK --seed $seed -a transport=inprocess \
+        -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games-$opp-$seed" --resume
     done
   done
 }
+timed() {  # timed NAME CMD...: run and record the wall time of a phase in $R/times.txt
+  local t0=$SECONDS
+  "${@:2}"
+  echo "$1 $(( SECONDS - t0 )) s" >> $R/times.txt
+}
 
-case "${1:-all}" in
-  init)  toolgym model init-tiny --out $R/tiny --size "$SIZE" ;;
-  synth) toolgym synth tictactoe --teacher scripted:imperfect --teacher-arg mistake_prob=0.3 --teacher-arg tie_break="${TIE_BREAK:-preference}" -n "${GAMES:-4000}" \
-           --drop-if loss --require-valid -a transport=inprocess -a min_random_move_prob=0.2 \
-           -a max_random_move_prob=0.7 -a num_groups=4 -o $R/teacher.jsonl --hf-out $R/teacher_hf ;;
-  sft)   toolgym sft $X/sft.toml && ev sft $R/sft/final ;;
-  grpo1) toolgym train $X/grpo_phase1.toml && ev grpo1 $R/grpo1/final ;;
-  grpo2) toolgym train $X/grpo_phase2.toml && ev grpo2 $R/grpo2/final ;;
-  evals) ev base $R/tiny; ev sft $R/sft/final; ev grpo1 $R/grpo1/final; ev grpo2 $R/grpo2/final ;;
-  plot)  toolgym plot $R/grpo1 $R/grpo2 -o $R/curves.png && python $X/results_table.py $R ;;
-  all)   for p in init synth sft grpo1 grpo2 plot; do bash "$0" $p; done ;;
-  *) echo "unknown phase $1"; exit 2 ;;
+mkdir -p $R
+case "${1:-}" in
+  synth)
+    timed synth-positions toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a task=move -a split=train \
+      -n 0 -o $R/teacher_positions.jsonl
+    timed synth-games toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a min_random_move_prob=0 \
+      -a max_random_move_prob=1 -a num_groups=4 -n "${GAMES:-1500}" --drop-if heldout_visits --drop-if loss \
+      --require-valid -o $R/teacher_games.jsonl ;;
+  init)
+    toolgym model init-tiny --out $R/tiny --size "$SIZE" --corpus-file $R/teacher_positions.jsonl \
+      --corpus-file $R/teacher_games.jsonl ;;
+  sft)
+    timed sft toolgym sft $X/sft.toml
+    positions sft $R/sft/final all && games sft $R/sft/final ;;
+  grpo)
+    timed grpo toolgym train $X/grpo.toml
+    positions grpo $R/grpo/final all && games grpo $R/grpo/final ;;
+  evals)
+    for m in "${@:2}"; do positions "$(basename "$(dirname "$m")")" "$m" all; games "$(basename "$(dirname "$m")")" "$m"; done ;;
+  budget)
+    for n in ${BUDGETS:-200 500 1000}; do
+      toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a task=move -a split=train -n "$n" \
+        -o $R/budget/teacher-$n.jsonl
+      timed sft-$n toolgym sft $X/budget.toml -d $R/budget/teacher-$n.jsonl -o $R/budget/sft-$n \
+        -s epochs="$(python -c "print(${STEPS:-300} * 8 / $n)")"
+      positions sft-$n $R/budget/sft-$n/final heldout
+      if [ "$n" = 200 ]; then games sft-$n $R/budget/sft-$n/final; fi   # the RL start: games too
+    done ;;
+  rl)
+    for loss in ${LOSSES:-cispo grpo dr_grpo}; do
+      timed rl-$loss toolgym train $X/grpo_budget.toml -s loss_type=$loss -s output_dir=$R/rl/$loss
+      positions rl-$loss $R/rl/$loss/final heldout && games rl-$loss $R/rl/$loss/final
+    done ;;
+  table)
+    python $X/results_table.py $R ;;
+  *) echo "usage: run.sh synth|init|sft|grpo|evals MODEL_DIR...|budget|rl|table"; exit 2 ;;
 esac

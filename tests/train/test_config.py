@@ -73,15 +73,20 @@ def test_cli_bad_config_fails_before_work(tmp_path: Path) -> None:
 
 
 def test_recipe_configs_validate() -> None:
-    """The tic-tac-toe recipe's files load (phase 2 inherits phase 1 and overrides what it changes)."""
+    """The tic-tac-toe recipe's files load and chain: budget SFT inherits the main SFT, each GRPO run starts from the
+    SFT that precedes it, and no RL run trains on held-out positions (its periodic evals may look at them)."""
     from pathlib import Path
 
     from toolgym.train.config import GRPOConfig, SFTConfig, load_config
 
     root = Path(__file__).resolve().parents[2] / "examples" / "tictactoe"
     sft = load_config(SFTConfig, root / "sft.toml")
-    p1 = load_config(GRPOConfig, root / "grpo_phase1.toml")
-    p2 = load_config(GRPOConfig, root / "grpo_phase2.toml")
-    assert sft.epochs >= 1 and p1.loss_type == p2.loss_type == "cispo"
-    assert str(p2.model) == f"{p1.output_dir}/final" and p2.temperature > p1.temperature
-    assert p2.env_args["max_random_move_prob"] < p1.env_args["min_random_move_prob"] + 0.1
+    budget = load_config(SFTConfig, root / "budget.toml")
+    main = load_config(GRPOConfig, root / "grpo.toml")
+    rl = load_config(GRPOConfig, root / "grpo_budget.toml")
+    assert budget.learning_rate == sft.learning_rate and budget.data != sft.data
+    assert str(main.model) == f"{sft.output_dir}/final"
+    assert str(rl.model) == f"{budget.output_dir}/final"
+    for cfg in (main, rl):
+        assert cfg.env_args["task"] == "move" and cfg.env_args["split"] == "train", cfg.env_args
+    assert rl.eval_env_args == {"split": "heldout"}
