@@ -40,3 +40,19 @@ def test_synth_sft_plot(tiny_model: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["plot", str(out), "-o", str(tmp_path / "c.png"), "-k", "loss", "-k", "lr"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_plot_runs_in_sequence_or_overlaid(tmp_path) -> None:
+    """`toolgym plot A B` continues B's steps after A's (phases); `--overlay` starts both at 0 (an ablation)."""
+    from toolgym.train.plot import run_series
+
+    for name, n in (("cispo", 5), ("grpo", 3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "reward": s / n}) + "\n" for s in range(1, n + 1)))
+    runs = [tmp_path / "cispo", tmp_path / "grpo"]
+    assert [(name, off) for name, off, _ in run_series(runs)] == [("cispo", 0), ("grpo", 5)]
+    assert [(name, off) for name, off, _ in run_series(runs, overlay=True)] == [("cispo", 0), ("grpo", 0)]
+    res = CliRunner().invoke(app, ["plot", *map(str, runs), "--overlay", "-k", "reward", "-o", str(tmp_path / "o.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "o.png").stat().st_size > 1000

@@ -181,6 +181,7 @@ def plot_cmd(
     out: Path | None = typer.Option(None, "--out", "-o", help="PNG path (default RUN/curves.png)."),
     keys: list[str] = typer.Option([], "--key", "-k", help="Metrics to draw (repeatable; default: a standard set)."),
     smooth: int = typer.Option(1, "--smooth", help="Moving-average window."),
+    overlay: bool = typer.Option(False, "--overlay", help="Start every run at step 0 (compare runs, e.g. losses)."),
 ) -> None:
     """Draw training curves from metrics.jsonl to a PNG."""
     from toolgym.train.plot import plot_runs
@@ -189,7 +190,7 @@ def plot_cmd(
         if not (r / "metrics.jsonl" if r.is_dir() else r).exists():
             _fail(f"{r}: no metrics.jsonl")
     dest = out or ((runs[-1] if runs[-1].is_dir() else runs[-1].parent) / "curves.png")
-    console.print(f"wrote {plot_runs(runs, dest, keys or None, smooth)}")
+    console.print(f"wrote {plot_runs(runs, dest, keys or None, smooth, overlay)}")
 
 
 if __name__ == "__main__":

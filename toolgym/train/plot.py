@@ -1,5 +1,5 @@
-"""`toolgym plot RUN...`: training curves from metrics.jsonl to PNG (several runs are drawn one after another on a
-shared step axis, e.g. SFT-initialised GRPO phase 1 then phase 2)."""
+"""`toolgym plot RUN...`: training curves from metrics.jsonl to PNG. Several runs are drawn one after another on a
+shared step axis (a run resumed as a second phase), or with `overlay` from step 0 each (a loss or lr ablation)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,29 @@ DEFAULT_KEYS = ("reward", "metrics/win", "metrics/loss", "tool_call_valid", "com
                 "drift_abs", "loss", "step_s")
 
 
-def plot_runs(runs: list[Path], out: Path, keys: list[str] | None = None, smooth: int = 1) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def run_series(runs: list[Path], overlay: bool = False) -> list[tuple[str, int, list[dict]]]:  # type: ignore[type-arg]
+    """(name, step offset, records) per run: in sequence each run starts where the previous one ended; overlaid
+    every run starts at 0."""
     series = []
     offset = 0
     for r in runs:
         recs = [m for m in read_metrics(Path(r)) if "step" in m]
         series.append((Path(r).name, offset, recs))
-        offset += max((m["step"] for m in recs), default=0)
+        if not overlay:
+            offset += max((m["step"] for m in recs), default=0)
+    return series
+
+
+def plot_runs(runs: list[Path], out: Path, keys: list[str] | None = None, smooth: int = 1,
+              overlay: bool = False) -> Path:
+    """Draw `keys` (default: a standard set) of each run's metrics.jsonl into one PNG; `smooth` is a moving-average
+    window; `overlay` starts every run at step 0 instead of after the previous one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = run_series(runs, overlay)
     present = {k for _, _, recs in series for m in recs for k in m}
     keys = [k for k in (keys or DEFAULT_KEYS) if k in present] or sorted(present - {"step"})[:9]
     cols = 3
@@ -36,7 +47,7 @@ def plot_runs(runs: list[Path], out: Path, keys: list[str] | None = None, smooth
             xs, ys = zip(*pts, strict=True)
             if smooth > 1:
                 ys = [sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1]) for i in range(len(ys))]
-            ax.plot(xs, ys, label=name)
+            ax.plot(xs, ys, label=name, marker="o" if len(xs) <= 12 else None, markersize=3)
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
