@@ -97,6 +97,7 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     assert code == 0, text
     after = (out / "results.jsonl").read_text().splitlines()
     assert after[:2] == kept  # finished records untouched
+    assert all(isinstance(json.loads(line), dict) for line in after)  # the torn line is gone: strict JSONL again
     new = read_jsonl(out / "results.jsonl")[2:]
     assert sorted(r["example_id"] for r in new) == [1, 2, 3]  # example 0 not re-run; the errored one is
     assert all(r["error"] is None for r in new)

@@ -2,13 +2,15 @@
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
 rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
-`results.jsonl` (errored ones are run again) and runs only the rest; a torn last line from a killed run is skipped.
+`results.jsonl` (errored ones are run again) and runs only the rest; a torn last line from a killed run is removed
+from the file (rewritten atomically), so it stays valid JSONL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,28 @@ def read_results(path: Path) -> dict[tuple[int, int], Trajectory]:
                 continue
             done[(t.example_id, t.rollout_index)] = t
     return done
+
+
+def drop_torn_lines(path: Path) -> int:
+    """Rewrite a JSONL file without the lines that are not a JSON object (the torn last line of a killed writer),
+    atomically (temp file + rename), so the file stays strict JSONL for pandas / datasets. Returns lines dropped."""
+    if not path.exists():
+        return 0
+    good, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except json.JSONDecodeError:
+            ok = False
+        if ok:
+            good.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in good))
+        os.replace(tmp, path)
+    return dropped
 
 
 async def evaluate(
@@ -65,10 +89,8 @@ async def evaluate(
         run_file.write_text(json.dumps(info, indent=2, default=str))
         if resume:
             keep = {k: t for k, t in read_results(out_dir / "results.jsonl").items() if t.error is None}
+            drop_torn_lines(out_dir / "results.jsonl")
         results_file = (out_dir / "results.jsonl").open("a")
-        # a torn last line (killed mid-write) must not glue onto the next record
-        if results_file.tell() > 0:
-            results_file.write("\n")
     jobs = [(i, r, task) for i, task in enumerate(tasks) for r in range(rollouts_per_example) if (i, r) not in keep]
     results: dict[tuple[int, int], Trajectory] = dict(keep)
     for t in keep.values():
