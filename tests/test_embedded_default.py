@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 def test_checkpoint_is_committed_and_is_the_default() -> None:
     assert (CHECKPOINT / "model.safetensors").is_file() and (CHECKPOINT / "tokenizer.json").is_file()
     assert embedded_default_policy() == f"hf:{CHECKPOINT}" == TicTacToeEnv.default_policy
-    assert TicTacToeEnv.default_policy_options == {"temperature": 0.0, "max_tokens": 144}
+    assert TicTacToeEnv.default_policy_options == {"temperature": 0.0, "max_tokens": 200}
 
 
 def test_eval_with_no_model_flag_plays_the_checkpoint(tmp_path: Path) -> None:
@@ -55,5 +55,5 @@ def test_flags_override_the_default_options() -> None:
 
     env = TicTacToeEnv(transport="inprocess")
     assert policy_choice(env, None, {"temperature": 0.8, "top_p": None}) == (
-        f"hf:{CHECKPOINT}", {"temperature": 0.8, "max_tokens": 144})
+        f"hf:{CHECKPOINT}", {"temperature": 0.8, "max_tokens": 200})
     assert policy_choice(env, "scripted:random", {"temperature": None, "seed": 3}) == ("scripted:random", {"seed": 3})

@@ -203,3 +203,30 @@ def test_synth_drops_games_through_heldout_positions(tmp_path: Path) -> None:
             board = parse_board(m["content"]) if m["role"] in ("user", "tool") else None
             if board and not g.is_over(board):
                 assert not P.is_heldout(board), board
+
+
+def test_recipe_focus_data_weights_quiet_rows_and_refuses_heldout() -> None:
+    """`examples/tictactoe/focus_data.py` (the recipe's focus phase): every game and every five-move draw twice (a
+    shorter draw not at all), every quiet training position six times, free twice, 800 win/block replay rows; a
+    held-out position row in the input is refused (the focus phase must not see held-out positions)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "focus_data.py"
+    spec = importlib.util.spec_from_file_location("focus_data", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    rows = [{"task": t} for t in TicTacToeEnv(task="move", split="train").build_dataset(None)]
+    count = lambda data, kind: sum(r["task"].get("kind") == kind for r in data)  # noqa: E731
+    quiet, free = count(rows, "quiet"), count(rows, "free")
+
+    def game(i: int, moves: int) -> dict:  # type: ignore[type-arg]
+        return {"task": {"seed": i}, "messages": [{"role": "assistant"}] * moves}
+
+    games, draws = [game(0, 3), game(1, 4)], [game(2, 5), game(3, 4)]
+    data = mod.build(rows, games, draws)
+    assert (count(data, "quiet"), count(data, "free")) == (6 * quiet, 2 * free)
+    assert sum(r["task"].get("kind") in ("win", "block") for r in data) == 800
+    assert [r["task"]["seed"] for r in data if "kind" not in r["task"]] == [0, 1, 0, 1, 2, 2]
+    held = [{"task": t} for t in TicTacToeEnv(task="move", split="heldout").build_dataset(3)]
+    with pytest.raises(SystemExit):
+        mod.build(rows + held, games, draws)

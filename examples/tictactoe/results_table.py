@@ -127,10 +127,35 @@ def kinds(root: Path, name: str) -> str:
     return "\n".join(out)
 
 
+def quiet(root: Path, names: list[str]) -> str:
+    """Optimal rate on the quiet and free positions (where SFT is weakest) by split, from each model's whole-set eval
+    or its quiet/free-only eval (`<model>-positions-quietfree`, e.g. the main-line GRPO run)."""
+    cols = [(k, sp) for k in ("quiet", "free") for sp in ("train", "heldout")]
+    out = ["| model | " + " | ".join(f"{k} {sp} optimal %" for k, sp in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name in names:
+        for what in ("all", "quietfree"):
+            f = root / "eval" / f"{name}-positions-{what}" / "results.jsonl"
+            if f.exists():
+                break
+        else:
+            continue
+        hits: dict[tuple[str, str], list[float]] = {c: [0.0, 0] for c in cols}  # type: ignore[misc]
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            key = (row["task"].get("kind"), row["task"].get("split"))
+            if key in hits:
+                hits[key][0] += (row.get("rewards") or {}).get("optimal", 0.0)
+                hits[key][1] += 1
+        out.append(f"| {name} | " + " | ".join(rate(hits[c][0], int(hits[c][1])) for c in cols) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> None:
     root = Path(argv[0]) if argv else Path("runs/tictactoe")
     names = argv[1:] or models(root)
     print(table(root, names))
+    print()
+    print(quiet(root, names))
     for name in names:
         k = kinds(root, name)
         if k:

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft grpo evals | budget rl | table
-# Main line (the committed default model): synth -> init -> sft -> grpo -> evals.
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl | table
+# Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
-#           from the empty board that never pass through a held-out position
+#           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
+#           (the only source of five-move games that avoid held-out positions)
 #   init    the tiny model (SIZE=small, 0.9M params) with a tokenizer trained on the teacher text
 #   sft     SFT on all of it (sft.toml), then evals
-#   grpo    GRPO on one-move tasks from the training positions (grpo.toml), then evals
+#   focus   one SFT epoch re-weighted toward quiet positions and long games (focus_data.py, focus.toml), then evals
+#   grpo    GRPO on one-move quiet/free tasks from the training positions (grpo.toml), then evals
 #   evals   every position (4,520, held-out reported apart) + 200 games vs the random and the optimal opponent
 # The RL story at CPU scale (budget.toml, grpo_budget.toml):
 #   budget  SFT learning curve over teacher budgets BUDGETS="200 500 1000" training positions, held-out evals
@@ -45,13 +47,21 @@ case "${1:-}" in
       -n 0 -o $R/teacher_positions.jsonl
     timed synth-games toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a min_random_move_prob=0 \
       -a max_random_move_prob=1 -a num_groups=4 -n "${GAMES:-1500}" --drop-if heldout_visits --drop-if loss \
-      --require-valid -o $R/teacher_games.jsonl ;;
+      --require-valid -o $R/teacher_games.jsonl
+    timed synth-draws toolgym synth tictactoe --teacher scripted:minimax --teacher-arg think=track \
+      --teacher-arg tie_break=random -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0.3 \
+      -a num_groups=4 -n 4000 --seed 5 --drop-if heldout_visits --drop-if loss --drop-if win --require-valid \
+      -o $R/teacher_draws.jsonl ;;
   init)
     toolgym model init-tiny --out $R/tiny --size "$SIZE" --corpus-file $R/teacher_positions.jsonl \
       --corpus-file $R/teacher_games.jsonl ;;
   sft)
     timed sft toolgym sft $X/sft.toml
     positions sft $R/sft/final all && games sft $R/sft/final ;;
+  focus)
+    python $X/focus_data.py $R/teacher_positions.jsonl $R/teacher_games.jsonl $R/teacher_draws.jsonl $R/focus.jsonl
+    timed focus toolgym sft $X/focus.toml
+    positions focus $R/focus/final all && games focus $R/focus/final ;;
   grpo)
     timed grpo toolgym train $X/grpo.toml
     positions grpo $R/grpo/final all && games grpo $R/grpo/final ;;
@@ -73,5 +83,5 @@ case "${1:-}" in
     done ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|grpo|evals MODEL_DIR...|budget|rl|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|table"; exit 2 ;;
 esac

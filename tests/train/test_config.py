@@ -82,9 +82,11 @@ def test_recipe_configs_validate() -> None:
     root = Path(__file__).resolve().parents[2] / "examples" / "tictactoe"
     sft = load_config(SFTConfig, root / "sft.toml")
     budget = load_config(SFTConfig, root / "budget.toml")
+    focus = load_config(SFTConfig, root / "focus.toml")
     main = load_config(GRPOConfig, root / "grpo.toml")
     rl = load_config(GRPOConfig, root / "grpo_budget.toml")
     assert budget.learning_rate == sft.learning_rate and budget.data != sft.data
+    assert str(focus.model) == f"{sft.output_dir}/final" and focus.learning_rate < sft.learning_rate
     assert str(main.model) == f"{sft.output_dir}/final"
     assert str(rl.model) == f"{budget.output_dir}/final"
     for cfg in (main, rl):

@@ -27,7 +27,8 @@ def run_series(runs: list[Path], overlay: bool = False) -> list[tuple[str, int, 
 def plot_runs(runs: list[Path], out: Path, keys: list[str] | None = None, smooth: int = 1,
               overlay: bool = False) -> Path:
     """Draw `keys` (default: a standard set) of each run's metrics.jsonl into one PNG; `smooth` is a moving-average
-    window; `overlay` starts every run at step 0 instead of after the previous one."""
+    window (series with fewer than 3 windows of points, such as periodic evals, are drawn raw); `overlay` starts
+    every run at step 0 instead of after the previous one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,7 +46,7 @@ def plot_runs(runs: list[Path], out: Path, keys: list[str] | None = None, smooth
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
-            if smooth > 1:
+            if smooth > 1 and len(ys) >= 3 * smooth:  # sparse series (periodic evals) are drawn raw
                 ys = [sum(ys[max(0, i - smooth + 1) : i + 1]) / len(ys[max(0, i - smooth + 1) : i + 1]) for i in range(len(ys))]
             ax.plot(xs, ys, label=name, marker="o" if len(xs) <= 12 else None, markersize=3)
         ax.set_title(key)

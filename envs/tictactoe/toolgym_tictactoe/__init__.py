@@ -92,7 +92,7 @@ class TicTacToeEnv(StatefulToolEnv):
     system_prompt = SYSTEM_PROMPT
     default_policy = embedded_default_policy()
     # greedy, like the recipe's evals
-    default_policy_options = {"temperature": 0.0, "max_tokens": 144} if default_policy.startswith("hf:") else {}
+    default_policy_options = {"temperature": 0.0, "max_tokens": 200} if default_policy.startswith("hf:") else {}
     max_turns = 8
     on_no_call = "nudge"
     nudge_message = "You must make your move by calling make_move with a free cell."
