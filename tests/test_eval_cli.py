@@ -116,6 +116,9 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     (("-n", "-1"), "must be >= 0"),
     (("-r", "0"), "-r and -c >= 1"),
     (("-a", "transport=pigeon"), "unknown transport"),
+    (("-m", "hf:/nonexistent/model"), "no such model folder"),
+    (("-m", "hf:./runs/no-such-run/final"), "no such model folder"),
+    (("-m", "hf:not a model!"), "neither a local model folder nor a hub id"),
 ])
 def test_eval_bad_options_fail_clearly(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     code, text = _eval(*args, "-o", str(tmp_path / "x"))
@@ -159,3 +162,11 @@ def test_envs_and_tools_commands() -> None:
     assert res.exit_code == 0, res.output
     tools = {t["function"]["name"]: t["function"] for t in json.loads(res.output)}
     assert set(tools) == {"make_move", "get_board"} and "game_id" not in json.dumps(tools)
+
+
+@pytest.mark.parametrize("command", [["serve", "tictactoe"], ["eval", "tictactoe", "-n", "1"]])
+def test_missing_model_folder_is_named_not_a_hub_error(command: list[str]) -> None:
+    """A local path that does not exist is 'no such model folder' in eval and serve (before: the hub client's
+    complaint about repo-id characters, and a traceback from serve)."""
+    res = runner.invoke(app, [*command, "-m", "hf:/nonexistent/model", "-a", "transport=inprocess"])
+    assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output

@@ -261,7 +261,10 @@ def serve_cmd(
     env = load_env(env_name, **env_args)
     model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature,
                                                 **parse_kv(model_arg)})
-    policy = load_policy(model, env, **options)
+    try:
+        policy = load_policy(model, env, **options)
+    except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
     srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     if transport == "stdio":

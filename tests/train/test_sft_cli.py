@@ -56,3 +56,15 @@ def test_plot_runs_in_sequence_or_overlaid(tmp_path) -> None:
     res = CliRunner().invoke(app, ["plot", *map(str, runs), "--overlay", "-k", "reward", "-o", str(tmp_path / "o.png")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "o.png").stat().st_size > 1000
+
+
+def test_sft_names_a_missing_model_folder(tmp_path) -> None:
+    """`toolgym sft --model PATH` with a folder that does not exist fails with 'no such model folder', not a hub
+    error, and starts no run."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                             {"role": "assistant", "content": "hello"}]}) + "\n")
+    res = CliRunner().invoke(app, ["sft", "--model", str(tmp_path / "no-such-model"), "--data", str(data),
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

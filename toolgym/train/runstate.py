@@ -40,6 +40,9 @@ def load_model(cfg: Any, path: str | None = None) -> tuple[Any, Any, bool]:
     hf_logging.disable_progress_bar()
     dev, dt = resolve_device_dtype(cfg.device, cfg.dtype)
     src = path or cfg.model
+    from toolgym.models import check_model_source
+
+    check_model_source(str(src))
     adapter = Path(src) / "adapter_config.json"
     if adapter.is_file():
         from peft import PeftModel
