@@ -42,18 +42,18 @@ def check_model_source(target: str) -> str:
 
 def load_hf(target: str, env: Any = None, **options: Any) -> Any:
     """`hf:PATH_OR_NAME` -> `HFPolicy` (imports torch/transformers on first use)."""
+    if options.get("model") is None:  # before importing torch: a bad path is named even where torch is missing
+        check_model_source(target)
     from toolgym.models.hf import HFPolicy
 
-    if options.get("model") is None:
-        check_model_source(target)
     return HFPolicy(target, **options)
 
 
 def load_vllm(target: str, env: Any = None, **options: Any) -> Any:
     """`vllm:PATH_OR_NAME` -> `VLLMPolicy` (imports vllm on first use)."""
+    check_model_source(target)
     from toolgym.models.vllm_engine import VLLMPolicy
 
-    check_model_source(target)
     return VLLMPolicy(target, **options)
 
 
