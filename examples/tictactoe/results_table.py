@@ -14,16 +14,10 @@ import math
 import sys
 from pathlib import Path
 
+from toolgym.eval import read_results
+from toolgym.stats import wilson
+
 SEEDS = ("12345", "777")
-
-
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return float("nan"), float("nan")
-    p = k / n
-    c = (p + z * z / (2 * n)) / (1 + z * z / n)
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, c - h), min(1.0, c + h)
 
 
 def rate(k: float, n: int) -> str:
@@ -140,11 +134,10 @@ def quiet(root: Path, names: list[str]) -> str:
         else:
             continue
         hits: dict[tuple[str, str], list[float]] = {c: [0.0, 0] for c in cols}  # type: ignore[misc]
-        for line in f.read_text().splitlines():
-            row = json.loads(line)
-            key = (row["task"].get("kind"), row["task"].get("split"))
+        for t in read_results(f).values():  # one record per rollout (a resumed file may hold a re-run)
+            key = (t.task.get("kind"), t.task.get("split"))
             if key in hits:
-                hits[key][0] += (row.get("rewards") or {}).get("optimal", 0.0)
+                hits[key][0] += t.rewards.get("optimal", 0.0)
                 hits[key][1] += 1
         out.append(f"| {name} | " + " | ".join(rate(hits[c][0], int(hits[c][1])) for c in cols) + " |")
     return "\n".join(out)
