@@ -4,6 +4,7 @@ figures the docs show, taken from where the examples write them (no copies in do
 `cli_reference()` renders `toolgym [COMMAND ...] --help` for every command and sub-command of `toolgym.cli:app`, as
 the terminal shows it (100 columns, no colour), under one heading per command; `docs/reference/cli.md` holds the
 marker it replaces. The same function backs `tests/test_docs.py`, so the page and the CLI cannot drift apart.
+`env_options_reference()` does the same for the options every installed env declares (`docs/reference/env-options.md`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- toolgym-cli-reference -->"
+ENV_MARKER = "<!-- toolgym-env-options -->"
 FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "curves.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -64,9 +66,34 @@ def cli_reference() -> str:
     return "\n".join(rows) + "\n\n" + "\n\n".join(sections) + "\n"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def env_options_reference() -> str:
+    """Markdown: one table per installed env of the options it declares (`toolgym.options`), as `toolgym envs`
+    prints them."""
+    from toolgym.registry import available_envs, env_options
+
+    sections = []
+    for name in available_envs():
+        opts = env_options(name)
+        if opts is None:
+            sections.append(f"## `{name}`\n\nOptions not declared: values are passed unchecked.")
+            continue
+        rows = ["| option | type | default | description |", "| --- | --- | --- | --- |"]
+        for o in opts.values():
+            desc = o.description + (f" [{o.range}]" if o.range else "")
+            rows.append(f"| `{o.name}` | `{_cell(o.type_name)}` | `{_cell(o.default_text())}` | {_cell(desc)} |")
+        sections.append(f"## `{name}`\n\n" + "\n".join(rows))
+    return "\n\n".join(sections) + "\n"
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **_: Any) -> str:
     if MARKER in markdown:
-        return markdown.replace(MARKER, cli_reference())
+        markdown = markdown.replace(MARKER, cli_reference())
+    if ENV_MARKER in markdown:
+        markdown = markdown.replace(ENV_MARKER, env_options_reference())
     return markdown
 
 

@@ -115,7 +115,7 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     (("-m", "scripted:nobody"), "unknown scripted player"),
     (("-n", "-1"), "must be >= 0"),
     (("-r", "0"), "-r and -c >= 1"),
-    (("-a", "transport=pigeon"), "unknown transport"),
+    (("-a", "transport=pigeon"), "transport='pigeon': Input should be"),
     (("-m", "hf:/nonexistent/model"), "no such model folder"),
     (("-m", "hf:./runs/no-such-run/final"), "no such model folder"),
     (("-m", "hf:not a model!"), "neither a local model folder nor a hub id"),
@@ -170,3 +170,67 @@ def test_missing_model_folder_is_named_not_a_hub_error(command: list[str]) -> No
     complaint about repo-id characters, and a traceback from serve)."""
     res = runner.invoke(app, [*command, "-m", "hf:/nonexistent/model", "-a", "transport=inprocess"])
     assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
+
+
+def test_unreachable_endpoint_fails_the_run_at_once(tmp_path: Path) -> None:
+    """Nothing listens at --base-url: one clear error, exit 2, no results folder full of errors."""
+    out = tmp_path / "dead"
+    code, text = _eval("-n", "6", "-m", "openai:some-model", "--base-url", f"http://127.0.0.1:{free_port()}/v1",
+                       "-o", str(out))
+    assert code == 2 and "cannot be reached" in text and "--base-url" in text
+    assert not out.exists()
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    for argv in (["synth", "tictactoe", "-m", "openai:m", "--base-url", dead, "-o", str(tmp_path / "d.jsonl")],
+                 ["serve", "tictactoe", "-m", "openai:m", "--base-url", dead]):  # fails before serving
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 2 and "cannot be reached" in res.output, (argv, res.output)
+    assert not (tmp_path / "d.jsonl").exists()
+
+
+def test_endpoint_dying_mid_run_stops_it_and_resume_completes_it(tmp_path: Path) -> None:
+    """A real local endpoint serves a few games, then stops listening: the run stops with PolicyUnavailable after
+    `max_connect_failures` refused connections (not one error per remaining rollout); a new endpoint on the same
+    port and `evaluate(resume=True)` finish the run with every rollout present exactly once."""
+    import asyncio
+
+    from toolgym.eval import evaluate, read_results
+    from toolgym.policies.openai_http import OpenAIPolicy
+    from toolgym.policy import PolicyUnavailable
+    from toolgym.registry import load_env
+
+    out = tmp_path / "run"
+    env = load_env("tictactoe", transport="inprocess")
+    tasks = env.build_dataset(12, seed=0)
+    stub = StubEndpoint()
+    port, finished = stub.port, []
+
+    def policy() -> OpenAIPolicy:
+        return OpenAIPolicy("stub", base_url=f"http://127.0.0.1:{port}/v1", max_retries=3, backoff_s=0.01,
+                            max_connect_failures=3, unavailable_after_s=0.0)
+
+    def on_done(t: object) -> None:
+        finished.append(t)
+        if len(finished) == 4:
+            stub.__exit__(None, None, None)  # the endpoint goes away mid-run (stopped and joined before going on)
+
+    async def run(pol: OpenAIPolicy, resume: bool, cb: object = None) -> object:
+        try:
+            return await evaluate(env, pol, tasks, 1, 2, out, resume, {"env": "tictactoe"}, on_progress=cb)
+        finally:
+            await pol.aclose()
+            await env.aclose()
+
+    stub.__enter__()
+    with pytest.raises(PolicyUnavailable, match="cannot be reached"):
+        asyncio.run(run(policy(), False, on_done))
+    first = read_results(out / "results.jsonl")
+    assert 4 <= len(first) < 12 and all(t.error is None for t in first.values())  # no rows of errors
+    with StubEndpoint(port=port):
+        _, summary = asyncio.run(run(policy(), True))
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert all(isinstance(json.loads(line), dict) for line in lines)
+    done = read_results(out / "results.jsonl")
+    assert sorted(done) == [(i, 0) for i in range(12)] and all(t.error is None for t in done.values())
+    ok_keys = [(r["example_id"], r["rollout_index"]) for r in map(json.loads, lines) if r["error"] is None]
+    assert len(ok_keys) == len(set(ok_keys)) == 12  # none lost, none run twice
+    assert summary["rollouts"] == 12 and summary["errors"] == 0

@@ -50,6 +50,8 @@ def test_interrupted_eval_leaves_no_server_and_resumes(tmp_path: Path, transport
                           "-a", f"transport={transport}", "-o", str(out), "--resume"],
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-2000:]
+    for line in (out / "results.jsonl").read_text().splitlines():
+        assert isinstance(json.loads(line), dict)  # strict JSONL: no torn line left by the killed run
     recs = read_jsonl(out / "results.jsonl")
     keys = [(r["example_id"], r["rollout_index"]) for r in recs if r["error"] is None]
     assert sorted(set(keys)) == [(i, 0) for i in range(12)]

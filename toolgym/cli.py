@@ -37,6 +37,19 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def env_from_cli(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any], Any]:
+    """The env named on a command line, built with its `-a key=value` options typed by the env's declaration;
+    an unknown env or option, or a bad value, exits with the error (naming the closest valid option)."""
+    from toolgym.registry import load_env, parse_env_args
+
+    try:
+        args = parse_env_args(env_name, pairs)
+        return args, load_env(env_name, **args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        raise
+
+
 def policy_choice(env: Any, model: str | None, flags: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The policy URI and its options: `--model` or else the env's embedded default (with its
     `default_policy_options`), then every flag that was given (not None) on top."""
@@ -104,16 +117,11 @@ def eval_cmd(
 ) -> None:
     """Evaluate a policy on an environment: progress bar, summary table, results folder."""
     from toolgym.eval import evaluate, report_names
-    from toolgym.policy import load_policy
-    from toolgym.registry import load_env
+    from toolgym.policy import PolicyUnavailable, load_policy
 
-    env_args = parse_kv(env_arg)
     if num_examples < 0 or rollouts < 1 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
-    try:
-        env = load_env(env_name, **env_args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    env_args, env = env_from_cli(env_name, env_arg)
     model, options = policy_choice(env, model, {
         "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
         "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
@@ -146,6 +154,7 @@ def eval_cmd(
 
         async def go() -> Any:
             try:
+                await policy.preflight()  # an endpoint that refuses connections: one error, no results folder
                 return await evaluate(env, policy, tasks, rollouts, concurrency, out, resume, info,
                                       success_threshold, tick)
             finally:
@@ -156,6 +165,10 @@ def eval_cmd(
             _, summary = asyncio.run(go())
         except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
+        except PolicyUnavailable as exc:
+            kept = f" The rollouts that finished are kept in {out}; re-run with --resume once it is up." \
+                if (out / "results.jsonl").exists() else ""
+            _fail(f"{exc}{kept}")
     print_summary(summary, report_names(env))
     plots = "rewards.png" + (", breakdown.png" if summary.get("by") else "")
     console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plots: {out}/{{{plots}}}")
@@ -208,12 +221,30 @@ def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> No
 
 
 @app.command("envs")
-def envs_cmd() -> None:
-    """List installed environments (entry-point group `toolgym.envs`)."""
-    from toolgym.registry import available_envs
+def envs_cmd(
+    names: list[str] = typer.Argument(None, help="Env names or env config paths (default: every installed env)"),
+) -> None:
+    """List environments (entry-point group `toolgym.envs`) with the options each declares: type, default, range
+    and description -- what `-a key=value` and a training config's `env_args` accept."""
+    from toolgym.registry import available_envs, env_options
 
-    for name in available_envs():
-        console.print(name)
+    for name in names or available_envs():
+        try:
+            opts = env_options(name)
+        except (ValueError, FileNotFoundError) as exc:
+            _fail(str(exc))
+            return
+        if opts is None:
+            console.print(f"[bold]{name}[/]: options not declared (its load_environment takes **kwargs with no "
+                          f"return type naming the env class); values are passed unchecked\n")
+            continue
+        t = Table(title=f"{name} options", title_justify="left", show_lines=False)
+        for col in ("option", "type", "default", "description"):
+            t.add_column(col, overflow="fold")
+        for o in opts.values():
+            desc = o.description + (f" [{o.range}]" if o.range else "")
+            t.add_row(o.name, o.type_name, o.default_text(), desc, style="dim" if o.name == "server" else None)
+        console.print(t)
 
 
 @app.command("tools")
@@ -222,9 +253,7 @@ def tools_cmd(
     env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
 ) -> None:
     """Show the tool schemas the model sees in an environment (hidden tools and arguments removed)."""
-    from toolgym.registry import load_env
-
-    env = load_env(env_name, **parse_kv(env_arg))
+    _, env = env_from_cli(env_name, env_arg)
 
     async def go() -> list[dict[str, Any]]:
         async with env:
@@ -251,19 +280,21 @@ def serve_cmd(
     import logging
     import sys
 
-    from toolgym.policy import load_policy
-    from toolgym.registry import load_env
+    from toolgym.policy import PolicyUnavailable, load_policy
     from toolgym.serve import build_agent_server
 
     if transport not in ("stdio", "streamable-http"):
         _fail("--transport must be stdio or streamable-http")
-    env_args = parse_kv(env_arg)
-    env = load_env(env_name, **env_args)
+    _, env = env_from_cli(env_name, env_arg)
     model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature,
                                                 **parse_kv(model_arg)})
     try:
         policy = load_policy(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
+    try:
+        asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
+    except PolicyUnavailable as exc:
         _fail(str(exc))
     srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)

@@ -34,6 +34,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -221,7 +222,7 @@ class ConfigEnv(StatefulToolEnv):
     def scripted_players(self) -> dict[str, Any]:
         return {"reference": _reference_player}
 
-    def __init__(self, config: EnvConfig, base_dir: Path, **options: Any) -> None:
+    def __init__(self, config: EnvConfig, base_dir: Path, /, **options: Any) -> None:
         self.config, self.base_dir = config, base_dir
         self.name = config.name  # type: ignore[misc]
         s = config.server
@@ -257,7 +258,7 @@ class ConfigEnv(StatefulToolEnv):
         return rows if n is None else rows[:n]
 
 
-def load_config_env(path: str | Path, **options: Any) -> ConfigEnv:
+def load_config_env(path: str | Path, /, **options: Any) -> ConfigEnv:
     path = Path(path)
     raw = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
     try:
@@ -265,3 +266,12 @@ def load_config_env(path: str | Path, **options: Any) -> ConfigEnv:
     except pydantic.ValidationError as exc:
         raise ValueError(f"invalid env config {path}:\n{exc}") from None
     return ConfigEnv(config, path.parent.resolve(), **options)
+
+
+def config_env_factory(path: str | Path) -> Callable[..., ConfigEnv]:
+    """A factory for the env in config file `path`; its options are `StatefulToolEnv`'s (what `load_env` checks)."""
+
+    def build(**options: Any) -> ConfigEnv:
+        return load_config_env(path, **options)
+
+    return build

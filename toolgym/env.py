@@ -31,11 +31,12 @@ import contextvars
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 
 from toolgym.mcp_bridge import MCPSession, ServerSpec, SessionProvider, ToolCallError, ToolInfo, ToolResult
+from toolgym.options import class_defaults
 from toolgym.rubric import Rubric
 from toolgym.tool_schema import described_signature
 from toolgym.types import AssistantTurn, CallRecord
@@ -106,13 +107,31 @@ class StatefulToolEnv:
     nudge_message: str = "Please continue by calling one of the tools."
     max_tool_output_chars: int = 20_000
 
-    def __init__(self, server: ServerSpec | None = None, **options: Any) -> None:
+    @class_defaults("max_turns", "tool_timeout", "on_no_call", "session_scope")
+    def __init__(
+        self,
+        server: ServerSpec | None = None,
+        max_turns: Annotated[int, pydantic.Field(ge=1)] | None = None,
+        tool_timeout: Annotated[float, pydantic.Field(gt=0)] | None = None,
+        on_no_call: Literal["stop", "nudge"] | None = None,
+        session_scope: Literal["rollout", "shared"] | None = None,
+    ) -> None:
+        """Options every env takes (a subclass declares its own in its `__init__` and forwards `**options` here;
+        `toolgym.options` reads the chain). `None` keeps the class attribute of the same name.
+
+        Args:
+            server: The MCP server to bind instead of the env's own (Python API: a `ServerSpec`).
+            max_turns: Model turns a rollout may take before it is stopped.
+            tool_timeout: Seconds one tool call may take before it fails.
+            on_no_call: What a model turn without a tool call does: end the rollout, or get a nudge and go on.
+            session_scope: One MCP session per rollout, or one shared by all rollouts.
+        """
         if server is not None:
             self.server = server  # type: ignore[misc]
-        for key in ("max_turns", "tool_timeout", "on_no_call", "session_scope"):
-            if key in options:
-                setattr(self, key, options.pop(key))
-        self.options = options
+        for key, value in (("max_turns", max_turns), ("tool_timeout", tool_timeout), ("on_no_call", on_no_call),
+                           ("session_scope", session_scope)):
+            if value is not None:
+                setattr(self, key, value)
         self.rubric: Rubric = self.build_rubric()
         self.tools: dict[str, ToolInfo] = {}
         self._provider: SessionProvider | None = None

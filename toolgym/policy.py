@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolgym.policies.base import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession, PolicyUnavailable
 
 if TYPE_CHECKING:
     from toolgym.env import StatefulToolEnv
@@ -66,4 +66,4 @@ def _ensure_builtin_schemes() -> None:
         register(register_scheme)
 
 
-__all__ = ["Policy", "PolicyFactory", "PolicySession", "load_policy", "register_scheme"]
+__all__ = ["Policy", "PolicyFactory", "PolicySession", "PolicyUnavailable", "load_policy", "register_scheme"]

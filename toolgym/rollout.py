@@ -19,6 +19,7 @@ from typing import Any
 from toolgym.accuracy import match_sequence, validate_args
 from toolgym.env import HiddenCallError, StatefulToolEnv, bind_rollout, unbind_rollout
 from toolgym.mcp_bridge import ToolCallError
+from toolgym.policies.base import PolicyUnavailable
 from toolgym.policy import Policy
 from toolgym.rubric import RewardError
 from toolgym.types import AssistantTurn, CallRecord, ToolCall, Trajectory
@@ -104,7 +105,8 @@ async def run_rollout(
     example_id: int = 0,
     rollout_index: int = 0,
 ) -> Trajectory:
-    """Play one rollout. Never raises for model or server failures: they land in the trajectory."""
+    """Play one rollout. Never raises for model or server failures: they land in the trajectory -- except
+    `PolicyUnavailable` (the policy cannot answer at all), which stops the run."""
     traj = Trajectory(example_id=example_id, rollout_index=rollout_index, task=task)
     state: dict[str, Any] = {"task": task, "example_id": example_id, "rollout_index": rollout_index}
     timings = {"generation_s": 0.0, "tools_s": 0.0, "setup_s": 0.0, "scoring_s": 0.0}
@@ -174,6 +176,8 @@ async def run_rollout(
         traj.rewards, traj.reward = rewards, total
         traj.metrics.update(metrics)
         timings["scoring_s"] = time.perf_counter() - t0
+    except PolicyUnavailable:
+        raise  # the policy cannot answer at all: the run stops (iter_rollouts re-raises it) instead of failing all
     except (ToolCallError, HiddenCallError, RewardError) as exc:
         traj.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug in a hook or policy fails this rollout, not the run
@@ -231,17 +235,23 @@ async def iter_rollouts(
     """Yield (job index, trajectory) as rollouts finish, at most `concurrency` in flight."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    queue: asyncio.Queue[tuple[int, Trajectory]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, Trajectory | Exception]] = asyncio.Queue()
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int, ex: int, r: int, task: dict[str, Any]) -> None:
         async with sem:
-            await queue.put((i, await run_rollout(env, policy, task, ex, r)))
+            try:
+                await queue.put((i, await run_rollout(env, policy, task, ex, r)))
+            except Exception as exc:  # noqa: BLE001 - PolicyUnavailable (or an engine bug): stop the run with it
+                await queue.put((i, exc))
 
     tasks = [asyncio.create_task(one(i, ex, r, t)) for i, (ex, r, t) in enumerate(jobs)]
     try:
         for _ in range(len(tasks)):
-            yield await queue.get()
+            i, item = await queue.get()
+            if isinstance(item, Exception):
+                raise item
+            yield i, item
     finally:
         for t in tasks:
             t.cancel()

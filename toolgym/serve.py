@@ -28,7 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from toolgym.env import StatefulToolEnv
-from toolgym.policy import Policy
+from toolgym.policy import Policy, PolicyUnavailable
 from toolgym.rollout import run_rollout
 from toolgym.tool_schema import for_mcp
 from toolgym.types import Trajectory
@@ -50,7 +50,7 @@ class Agent:
         self._started = False
         self._start_lock = asyncio.Lock()
         self._counter = 0
-        self.stats = {"requests": 0, "errors": 0, "timeouts": 0, "cancelled": 0}
+        self.stats = {"requests": 0, "errors": 0, "timeouts": 0, "cancelled": 0, "unavailable": 0}
 
     async def _ensure_started(self) -> None:
         async with self._start_lock:
@@ -76,6 +76,10 @@ class Agent:
             except TimeoutError:
                 self.stats["timeouts"] += 1
                 raise ToolError(f"the agent did not finish within {self.timeout_s}s") from None
+            except PolicyUnavailable as exc:  # fails at once while the model endpoint is down, then probes again
+                self.stats["errors"] += 1
+                self.stats["unavailable"] += 1
+                raise ToolError(f"the agent's model is unavailable: {exc}") from None
             except asyncio.CancelledError:
                 self.stats["cancelled"] += 1
                 raise

@@ -5,7 +5,8 @@ scripted minimax player** (`toolgym_tictactoe._minimax_player`) on those message
 through the OpenAI wire format, so the whole HTTP policy path (request, tool schemas, response parsing, retries,
 failover) is exercised end to end without a model. It refuses a request that carries no `make_move` tool.
 
-Fault injection: `fail_first=N` answers 503 to the first N requests (to test retries with backoff).
+Fault injection: `fail_first=N` answers 503 to the first N requests (to test retries with backoff); leaving the
+`with` block stops it (connections refused from then on); `port=` restarts one on the same address.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def free_port() -> int:
 
 
 class StubEndpoint:
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, port: int | None = None) -> None:
         from toolgym_tictactoe import _minimax_player
 
         self.player = _minimax_player(0.0, seed=0)
@@ -39,7 +40,7 @@ class StubEndpoint:
         self.served = 0
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))

@@ -16,19 +16,6 @@ def _group() -> None:
     """Export a toolgym environment to other ecosystems."""
 
 
-def _kv(items: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 @app.command("verifiers")
 def verifiers_cmd(
     env: Annotated[str, typer.Argument(help="Installed env name (tictactoe) or env config file (examples/x/env.toml).")],
@@ -36,13 +23,19 @@ def verifiers_cmd(
     n: Annotated[Optional[int], typer.Option("-n", help="Number of tasks to export (default: the env's dataset).")] = None,
     seed: Annotated[int, typer.Option(help="Dataset seed.")] = 0,
     package: Annotated[Optional[str], typer.Option(help="Python package name (default: <env name>_vf).")] = None,
-    env_arg: Annotated[list[str], typer.Option("--env-arg", "-a", help="Env option KEY=VALUE (JSON values).")] = [],  # noqa: B006
+    env_arg: Annotated[list[str], typer.Option("--env-arg", "-a", help="Env option KEY=VALUE, typed by the env's declaration (see `toolgym envs ENV`).")] = [],  # noqa: B006
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty OUT.")] = False,
 ) -> None:
     """Write a verifiers 0.4 (v1) package: Taskset + Toolset over the same MCP server + the env's rewards."""
     from toolgym.export.verifiers import export_verifiers
+    from toolgym.registry import parse_env_args
 
-    pkg_dir = export_verifiers(env, out, n=n, seed=seed, package=package, env_kwargs=_kv(env_arg), force=force)
+    try:
+        env_kwargs = parse_env_args(env, env_arg)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    pkg_dir = export_verifiers(env, out, n=n, seed=seed, package=package, env_kwargs=env_kwargs, force=force)
     spec = json.loads((pkg_dir / "toolgym_export.json").read_text())
     typer.echo(f"wrote {pkg_dir} ({spec['num_tasks']} tasks; tools: {', '.join(spec['tools'])}; rewards: "
                + ", ".join(f"{r['name']}={r['weight']}" for r in spec["rewards"]) + ")")

@@ -17,6 +17,11 @@ from typing import Any
 from toolgym.types import AssistantTurn, TokenTrace
 
 
+class PolicyUnavailable(RuntimeError):
+    """The policy cannot answer at all (e.g. its every endpoint refuses connections). Unlike a failed turn, which
+    fails one rollout, this stops an eval or synth run at once with one message (finished rollouts are kept)."""
+
+
 class PolicySession(abc.ABC):
     """One rollout's view of a policy."""
 
@@ -42,8 +47,12 @@ class Policy(abc.ABC):
         """Start a rollout. `tools` are OpenAI-style schemas the model may call; `task` is the dataset row
         (scripted reference players may read it; model policies must not)."""
 
+    async def preflight(self) -> None:
+        """Check, before a run, that the policy can answer at all; raise `PolicyUnavailable` if not (default:
+        nothing to check)."""
+
     async def aclose(self) -> None:
         """Release long-lived resources (HTTP clients, engines)."""
 
 
-__all__ = ["Policy", "PolicySession"]
+__all__ = ["Policy", "PolicySession", "PolicyUnavailable"]

@@ -6,6 +6,12 @@ JSON objects become `parse_ok = False` calls (raw text kept). With `return_token
 ids and logprobs (`logprobs`, and vLLM's `return_token_ids`) and stores them on the turn when the server sends them.
 Several base URLs can be given (comma-separated or a list): requests are spread over them (least in-flight first)
 and an endpoint that fails is skipped for a cool-down while the others carry on; outages are counted in `stats`.
+
+Endpoints that cannot be reached at all stop a run early instead of failing every rollout: `preflight()` raises
+`PolicyUnavailable` when every base URL refuses connections, and so does a request once `max_connect_failures`
+consecutive connection failures (every endpoint, no success in between) have piled up -- at once before the first
+successful request, and after one only when the failures span `unavailable_after_s` too (a server restart of a few
+seconds does not stop a long run). While unavailable, requests fail at once for a cool-down, then probe again.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from toolgym.policies.base import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession, PolicyUnavailable
 from toolgym.types import AssistantTurn, ToolCall
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -54,6 +60,8 @@ class OpenAIPolicy(Policy):
         timeout_s: float = 120.0,
         cooldown_s: float = 10.0,
         return_tokens: bool = False,
+        max_connect_failures: int = 8,
+        unavailable_after_s: float = 60.0,
         **_: Any,
     ) -> None:
         self.name = f"openai:{model}"
@@ -70,6 +78,45 @@ class OpenAIPolicy(Policy):
         self.return_tokens = return_tokens
         self._client = httpx.AsyncClient(timeout=timeout_s, headers={"Authorization": f"Bearer {self.api_key}"})
         self.stats = {"requests": 0, "retries": 0, "failovers": 0, "endpoint_errors": 0}
+        if max_connect_failures < 1:
+            raise ValueError("max_connect_failures must be >= 1")
+        self.max_connect_failures, self.unavailable_after_s = max_connect_failures, unavailable_after_s
+        self._connect_failures = 0  # consecutive, reset by any answer
+        self._first_failure = 0.0
+        self._ever_answered = False
+        self._unavailable: tuple[float, str] | None = None  # (until, message)
+
+    def _unreachable_message(self, last: str) -> str:
+        urls = ", ".join(e.url for e in self.endpoints)
+        return (f"the model endpoint cannot be reached ({urls}): {self._connect_failures} connection attempts in a "
+                f"row failed, last: {last}. Is the server running at that --base-url?")
+
+    def _connect_failed(self, last: str) -> None:
+        now = time.monotonic()
+        if self._connect_failures == 0:
+            self._first_failure = now
+        self._connect_failures += 1
+        if self._connect_failures >= self.max_connect_failures and (
+                not self._ever_answered or now - self._first_failure >= self.unavailable_after_s):
+            msg = self._unreachable_message(last)
+            self._unavailable = (now + self.cooldown_s, msg)
+            raise PolicyUnavailable(msg)
+
+    async def preflight(self) -> None:
+        """Raise `PolicyUnavailable` if every endpoint refuses connections (any HTTP answer, even 404, passes)."""
+        errors = []
+        # a client of its own: preflight may run in another event loop than the requests (e.g. before `serve`)
+        async with httpx.AsyncClient(timeout=10.0, headers={"Authorization": f"Bearer {self.api_key}"}) as client:
+            for ep in self.endpoints:
+                try:
+                    await client.get(f"{ep.url}/models")
+                    return
+                except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+                    errors.append(f"{ep.url}: {type(exc).__name__}: {exc}")
+                except httpx.HTTPError:
+                    return  # it answered, if oddly: leave the verdict to the requests
+        raise PolicyUnavailable(f"the model endpoint cannot be reached: {'; '.join(errors)}. Is the server running "
+                                f"at that --base-url?")
 
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         return _OpenAISession(self, tools)
@@ -88,6 +135,11 @@ class OpenAIPolicy(Policy):
         if self.return_tokens:
             body.setdefault("logprobs", True)
             body.setdefault("return_token_ids", True)
+        if self._unavailable is not None:
+            until, msg = self._unavailable
+            if time.monotonic() < until:
+                raise PolicyUnavailable(msg)
+            self._unavailable = None  # cool-down over: probe again
         last: str = ""
         tried: set[str] = set()
         for attempt in range(self.max_retries + 1):
@@ -97,6 +149,7 @@ class OpenAIPolicy(Policy):
             self.stats["requests"] += 1
             try:
                 resp = await self._client.post(f"{ep.url}/chat/completions", json=body)
+                self._connect_failures, self._ever_answered = 0, True
                 if resp.status_code == 200:
                     ep.failures = 0
                     return resp.json()
@@ -109,6 +162,8 @@ class OpenAIPolicy(Policy):
                 self.stats["endpoint_errors"] += 1
                 if len(self.endpoints) > 1:
                     self.stats["failovers"] += 1
+                if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    self._connect_failed(last)
             finally:
                 ep.in_flight -= 1
             ep.failures += 1

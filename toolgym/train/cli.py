@@ -62,14 +62,14 @@ def synth_cmd(
     """Play a teacher through an env, filter by reward, export a chat-with-tools dataset."""
     import asyncio
 
-    from toolgym.policy import load_policy
-    from toolgym.registry import load_env
+    from toolgym.policy import PolicyUnavailable, load_policy
+    from toolgym.registry import load_env, parse_env_args
     from toolgym.train.synth import synth
 
     if num_examples < 0 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set) and -c >= 1")
     try:
-        env = load_env(env_name, **_kv(env_arg))
+        env = load_env(env_name, **parse_env_args(env_name, env_arg))
         opts = {"seed": seed, **_kv(teacher_arg)}
         if base_url:
             opts["base_url"] = base_url
@@ -82,6 +82,7 @@ def synth_cmd(
 
         async def go() -> dict[str, Any]:
             try:
+                await policy.preflight()  # an endpoint that refuses connections: one error, no data file
                 return await synth(env, policy, tasks, out, hf_out, min_reward, drop_if, require_valid, concurrency,
                                    on_done=lambda t: prog.advance(bar))
             finally:
@@ -92,6 +93,8 @@ def synth_cmd(
             res = asyncio.run(go())
         except KeyError as exc:
             _fail(str(exc))
+        except PolicyUnavailable as exc:
+            _fail(f"{exc} (nothing was written to {out})" if not out.exists() else str(exc))
     console.print(f"kept [bold]{res['kept']}[/] of {res['played']} games (errors {res['errors']}; mean reward "
                   f"all {res['mean_reward_all']:.3f}, kept {res['mean_reward_kept']:.3f}) -> {out}")
     (out.with_suffix(".summary.json")).write_text(json.dumps(res, indent=2))

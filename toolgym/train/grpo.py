@@ -86,7 +86,15 @@ class GRPOTrainer:
         from toolgym.registry import load_env
 
         self.cfg, self.on_step = cfg, on_step
-        self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)  # fails fast on bad env args
+        if env is None:  # fails fast on bad env args (the periodic evals' too), before any model is loaded
+            from toolgym.registry import check_env_args
+
+            for field, args in (("env_args", cfg.env_args), ("eval_env_args", {**cfg.env_args, **cfg.eval_env_args})):
+                try:
+                    check_env_args(cfg.env, args)
+                except ValueError as exc:
+                    raise ValueError(f"config {field}: {exc}") from None
+        self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)
         self.tasks = self.env.build_dataset(cfg.num_examples, seed=cfg.dataset_seed)
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
         out = cfg.output_dir

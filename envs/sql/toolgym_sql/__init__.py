@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -70,9 +70,24 @@ class SqlEnv(StatefulToolEnv):
     max_turns = 12
 
     def __init__(self, db: str | None = None, tasks: str | None = None, template_db: str | None = None,
-                 transport: str = "inprocess",
-                 fixture_seed: int = 0, per_template: int = 2, read_only: bool = False, timeout_s: float = 5.0,
-                 max_rows: int = 50, efficiency_weight: float = 0.0, **options: Any) -> None:
+                 transport: Literal["inprocess", "stdio", "http"] = "inprocess",
+                 fixture_seed: int = 0, per_template: Annotated[int, Field(ge=1)] = 2, read_only: bool = False,
+                 timeout_s: Annotated[float, Field(gt=0)] = 5.0, max_rows: Annotated[int, Field(ge=1)] = 50,
+                 efficiency_weight: Annotated[float, Field(ge=0)] = 0.0, **options: Any) -> None:
+        """
+        Args:
+            db: Database URL (sqlite:///file.db, postgresql+psycopg://...) or SQLite file (default: the generated
+                fixture; a PostgreSQL URL clones the fixture per session).
+            tasks: A JSONL task file to use instead of the generated tasks (needs db).
+            template_db: A SQLite file each session's database starts as a copy of.
+            transport: How the SQL server runs: in this process, a stdio subprocess or streamable HTTP.
+            fixture_seed: Seed of the generated fixture database and its tasks.
+            per_template: Tasks generated per task template.
+            read_only: Refuse every write (queries only).
+            timeout_s: Per-statement time limit of the server, in seconds.
+            max_rows: Rows a query shows the model at most.
+            efficiency_weight: Weight of the reward for few calls (0: a metric only).
+        """
         self.db, self.tasks_path, self.template_db = db, tasks, template_db
         self.fixture_seed, self.per_template = int(_coerce(fixture_seed)), int(_coerce(per_template))
         self.efficiency_weight = float(_coerce(efficiency_weight))

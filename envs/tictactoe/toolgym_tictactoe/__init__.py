@@ -30,7 +30,9 @@ import importlib.util
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
 from toolgym.policies.scripted import call
@@ -42,6 +44,8 @@ SYSTEM_PROMPT = (
     "On each turn, think briefly inside <think></think>, then call make_move with the cell you choose. "
     "Three in a row wins."
 )
+
+Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 
 CHECKPOINT = Path(__file__).with_name("checkpoint")
 """The committed tiny tic-tac-toe model (`examples/tictactoe/`, safetensors + tokenizer), shipped as package data."""
@@ -99,23 +103,41 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def __init__(
         self,
-        min_random_move_prob: float = 0.0,
-        max_random_move_prob: float = 0.0,
-        num_groups: int = 1,
+        min_random_move_prob: Prob = 0.0,
+        max_random_move_prob: Prob = 0.0,
+        num_groups: Annotated[int, Field(ge=1)] = 1,
         win_reward: float = 1.0,
         draw_reward: float = 0.5,
-        format_weight: float = 0.2,
-        invalid_penalty: float = 0.1,
+        format_weight: Annotated[float, Field(ge=0)] = 0.2,
+        invalid_penalty: Annotated[float, Field(ge=0)] = 0.1,
         require_think: bool = True,
-        task: str = "game",
-        starts: str | None = None,
-        split: str = "all",
-        opening_moves: int = 4,
-        kinds: str | list[str] = "all",
-        agent_plays: str = "X",
-        transport: str = "stdio",
+        task: Literal["game", "move"] = "game",
+        starts: Literal["empty", "positions", "openings"] | None = None,
+        split: Literal["all", "train", "heldout"] = "all",
+        opening_moves: Annotated[int, Field(ge=0, le=8)] = 4,
+        kinds: Literal["all", "win", "block", "quiet", "free"] | list[Literal["win", "block", "quiet", "free"]] = "all",
+        agent_plays: Literal["X", "O"] = "X",
+        transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
+        """
+        Args:
+            min_random_move_prob: Lowest probability that the opponent plays a random move instead of minimax.
+            max_random_move_prob: Highest such probability; games draw theirs between the two, by group.
+            num_groups: Difficulty buckets of the random-move range (example i is in bucket i % num_groups).
+            win_reward: Outcome reward of a win (a loss is 0).
+            draw_reward: Outcome reward of a draw.
+            format_weight: Weight of the format reward (share of well-formed turns).
+            invalid_penalty: Subtracted once if any call was invalid.
+            require_think: Whether a well-formed turn needs a <think> block.
+            task: A whole game, or one move from a position.
+            starts: Where tasks start (default: empty for games, positions for moves).
+            split: Which positions by the held-out hash: all, the training share or the held-out share.
+            opening_moves: Most random opening moves (starts=openings).
+            kinds: Position kinds of move tasks from positions: all, one kind, or a list of win/block/quiet/free.
+            agent_plays: The side the agent plays (O: move tasks only).
+            transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
+        """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
             raise ValueError("need 0 <= min_random_move_prob <= max_random_move_prob <= 1")
         if num_groups < 1:

@@ -28,7 +28,7 @@ import re
 import string
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp_server_wiki.world import extract_fact, generate_questions, generate_world, normalize_world_opts
 from pydantic import Field
@@ -132,11 +132,20 @@ class WikiEnv(StatefulToolEnv):
         corpus: str = "world",
         questions: str | None = None,
         index_dir: str | None = None,
-        transport: str = "stdio",
-        f1_weight: float = 0.0,
-        turn_penalty: float = 0.0,
+        transport: Literal["stdio", "http", "inprocess"] = "stdio",
+        f1_weight: Annotated[float, Field(ge=0)] = 0.0,
+        turn_penalty: Annotated[float, Field(ge=0)] = 0.0,
         **options: Any,
     ) -> None:
+        """
+        Args:
+            corpus: The encyclopedia: `world` (bundled), a world spec, or a path to a user corpus.
+            questions: A JSONL question set to use instead of the generated questions.
+            index_dir: Where the search index is cached (default: the user cache folder).
+            transport: How the wiki server runs: a stdio subprocess, streamable HTTP or in this process.
+            f1_weight: Weight of the token-F1 reward (0: a metric only).
+            turn_penalty: Weight of the per-turn cost (0: a metric only).
+        """
         self.corpus, self.questions_path, self.index_dir = corpus, questions, index_dir
         self.f1_weight, self.turn_penalty = float(f1_weight), float(turn_penalty)
         server = options.pop("server", None) or self._server_for(transport)
