@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -41,12 +42,19 @@ from typing import Any, Literal
 import pydantic
 
 from toolgym.accuracy import call_matches
-from toolgym.env import StatefulToolEnv
+from toolgym.env import HiddenCallError, StatefulToolEnv
 from toolgym.mcp_bridge import ServerSpec
 from toolgym.rubric import Rubric
+from toolgym.sandbox import Fixture, SandboxError, placeholders
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", re.I)
+
+
+class FixtureConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    src: str
+    dest: str = ""
 
 
 class ServerConfig(pydantic.BaseModel):
@@ -55,13 +63,28 @@ class ServerConfig(pydantic.BaseModel):
     url: str | None = None
     launch: list[str] | None = None
     env: dict[str, str] | None = None
+    cwd: str | None = None
     scope: Literal["rollout", "shared"] = "shared"
+    fixtures: list[str | FixtureConfig] = []
+    prestart: int = pydantic.Field(0, ge=0, le=256)
+    keep_sandboxes: bool = False
 
     @pydantic.model_validator(mode="after")
     def _one_target(self) -> ServerConfig:
         if bool(self.command) == bool(self.url):
             raise ValueError("[server] needs exactly one of `command` (stdio) or `url` (streamable HTTP)")
+        if self.prestart and self.scope != "rollout":
+            raise ValueError("[server] prestart (a warm pool of per-rollout servers) needs scope = \"rollout\"")
         return self
+
+
+class CallConfig(pydantic.BaseModel):
+    """A hidden tool call of `[[setup]]` (before the model's first turn) or `[[cleanup]]` (after scoring);
+    `{field}` placeholders in `arguments` are filled from the task."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    tool: str
+    arguments: dict[str, Any] = {}
 
 
 class EnvSection(pydantic.BaseModel):
@@ -99,6 +122,8 @@ class EnvConfig(pydantic.BaseModel):
     env: EnvSection = EnvSection()
     tasks: TasksConfig
     rewards: list[RewardConfig] = pydantic.Field(min_length=1)
+    setup: list[CallConfig] = []
+    cleanup: list[CallConfig] = []
 
 
 def final_answer(messages: list[dict[str, Any]]) -> str:
@@ -141,6 +166,38 @@ def _fill(template: Any, task: dict[str, Any]) -> Any:
     if isinstance(template, list):
         return [_fill(v, task) for v in template]
     return template
+
+
+def _fill_named(template: Any, task: dict[str, Any], where: str) -> Any:
+    """`_fill` with a clear error naming the config entry when the task lacks a placeholder's field."""
+    try:
+        return _fill(template, task)
+    except KeyError as exc:
+        raise HiddenCallError(f"{where}: the task has no field {exc.args[0]!r} (fields: {', '.join(task)})") from None
+    except (ValueError, IndexError) as exc:
+        raise HiddenCallError(f"{where}: bad placeholder: {exc}") from None
+
+
+def _server_spec(s: ServerConfig, base: Path) -> ServerSpec:
+    """The `ServerSpec` of a `[server]` section: paths relative to the config folder (a command given as a relative
+    path, fixtures), placeholders checked now (a bad one is an error naming its entry)."""
+    fixtures = []
+    for i, fx in enumerate(s.fixtures):
+        fc = FixtureConfig(src=fx) if isinstance(fx, str) else fx
+        src = fc.src if Path(fc.src).is_absolute() else str(base / fc.src)
+        if not placeholders(src) and not Path(src).exists():
+            raise SandboxError(f"server.fixtures[{i}]: {src} does not exist")
+        fixtures.append(Fixture(src, fc.dest))
+    sandbox = {"fixtures": fixtures, "prestart": s.prestart, "keep_sandboxes": s.keep_sandboxes}
+    if s.command:
+        cmd = list(s.command)
+        if os.sep in cmd[0] and not Path(cmd[0]).is_absolute() and (base / cmd[0]).exists():
+            cmd[0] = str((base / cmd[0]).resolve())  # a server installed beside the config (node_modules/.bin/...)
+        spec = ServerSpec.stdio(cmd, env=s.env, cwd=s.cwd or str(base), **sandbox)
+    else:
+        spec = ServerSpec.http(s.url or "", launch=s.launch, env=s.env, cwd=s.cwd, **sandbox)
+    spec.check("server")
+    return spec
 
 
 def _make_reward(rc: RewardConfig, base: Path) -> Any:
@@ -225,9 +282,8 @@ class ConfigEnv(StatefulToolEnv):
     def __init__(self, config: EnvConfig, base_dir: Path, /, **options: Any) -> None:
         self.config, self.base_dir = config, base_dir
         self.name = config.name  # type: ignore[misc]
+        spec = _server_spec(config.server, base_dir)
         s = config.server
-        spec = ServerSpec.stdio(s.command, env=s.env, cwd=str(base_dir)) if s.command else ServerSpec.http(
-            s.url or "", launch=s.launch, env=s.env)
         e = config.env
         self.session_scope = s.scope  # type: ignore[misc]
         self.system_prompt = e.system_prompt  # type: ignore[misc]
@@ -240,6 +296,21 @@ class ConfigEnv(StatefulToolEnv):
 
     def build_rubric(self) -> Rubric:
         return Rubric([(_make_reward(rc, self.base_dir), rc.weight) for rc in self.config.rewards])
+
+    async def _hidden_calls(self, section: str, calls: list[CallConfig], task: dict[str, Any]) -> None:
+        for i, c in enumerate(calls):
+            where = f"{section}[{i}] (tool {c.tool!r})"
+            args = _fill_named(c.arguments, task, f"{where}.arguments")
+            try:
+                await self.call(c.tool, **args)
+            except HiddenCallError as exc:
+                raise HiddenCallError(f"{where} failed: {exc}") from None
+
+    async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
+        await self._hidden_calls("setup", self.config.setup, task)
+
+    async def cleanup(self, state: dict[str, Any]) -> None:
+        await self._hidden_calls("cleanup", self.config.cleanup, state.get("task") or {})
 
     def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
         path = (self.base_dir / self.config.tasks.path).resolve()

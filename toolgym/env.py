@@ -204,6 +204,7 @@ class StatefulToolEnv:
         missing = [t for t in (self.visible_tools or set()) if t not in self.tools]
         if missing:
             raise ValueError(f"visible_tools {missing} are not offered by the server {self.server.describe()}")
+        await self._provider.prestart_now()  # a warm pool (`ServerSpec.prestart`): full before the first rollout
 
     async def aclose(self) -> None:
         if self._provider is not None:

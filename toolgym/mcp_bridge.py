@@ -22,16 +22,18 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
+
+from toolgym.sandbox import (PLACEHOLDERS, Fixture, Sandbox, check_placeholders, free_port, placeholders, substitute,
+                             uses_sandbox)
 
 log = logging.getLogger("toolgym.mcp")
 # in-process MCPServer objects configure the root logger at INFO; keep client/transport chatter out of the way
@@ -112,18 +114,13 @@ def resolve_command(cmd: str) -> str:
     return beside if os.path.exists(beside) else cmd
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ManagedProcess:
     """A server process toolgym launched itself (a streamable-HTTP server): started on demand, restarted when
     dead, terminated on close, and tied to this process's life (PDEATHSIG)."""
 
-    def __init__(self, command: list[str], url: str, env: dict[str, str] | None = None, start_timeout: float = 30.0):
-        self.command, self.url, self.env, self.start_timeout = command, url, env, start_timeout
+    def __init__(self, command: list[str], url: str, env: dict[str, str] | None = None, start_timeout: float = 30.0,
+                 cwd: str | None = None):
+        self.command, self.url, self.env, self.start_timeout, self.cwd = command, url, env, start_timeout, cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: collections.deque[bytes] = collections.deque(maxlen=200)  # the tail of the server's stderr
         self._lock = asyncio.Lock()
@@ -145,6 +142,7 @@ class ManagedProcess:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 env=env,
+                cwd=self.cwd,
                 preexec_fn=_set_pdeathsig if sys.platform == "linux" else None,  # noqa: PLW1509
             )
             # drain stderr for the server's whole life (a full pipe blocks its logging, and so the server itself)
@@ -188,6 +186,11 @@ class ServerSpec:
     - `ServerSpec.http("http://127.0.0.1:8000/mcp")`: a running streamable-HTTP server; add `launch=[cmd...]` to have
       toolgym start (and restart) it;
     - `ServerSpec.inprocess(server_or_factory)`: an `MCPServer` object (or a zero-argument factory), in memory.
+
+    Per-rollout sandboxes (`toolgym.sandbox`): `{rollout_dir}`, `{rollout_id}` and `{port}` in `command`, `url`,
+    `launch`, `env` values or `cwd`, or any `fixtures`, give each session a fresh directory (fixtures copied in) that
+    is removed when the session is released; with `{port}` in `url` and `launch`, an HTTP server is launched per
+    session. `prestart=N` keeps N such sessions started ahead (a warm pool, `scope="rollout"` only).
     """
 
     kind: Literal["stdio", "http", "inprocess"]
@@ -197,17 +200,54 @@ class ServerSpec:
     cwd: str | None = None
     launch: list[str] | None = None
     target: Any = None
+    fixtures: list[Fixture] = field(default_factory=list)
+    prestart: int = 0
+    keep_sandboxes: bool = False
+
+    def _texts(self) -> list[tuple[str, str]]:
+        out = [(f"command[{i}]", c) for i, c in enumerate(self.command)] + [("url", self.url)]
+        out += [(f"launch[{i}]", c) for i, c in enumerate(self.launch or [])]
+        out += [(f"env.{k}", v) for k, v in (self.env or {}).items()]
+        return out + ([("cwd", self.cwd)] if self.cwd else [])
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether each session gets its own sandbox (placeholders or fixtures)."""
+        return bool(self.fixtures) or uses_sandbox([t for _, t in self._texts()])
+
+    def check(self, where: str = "server") -> None:
+        """Raise `SandboxError` for a placeholder that is not a sandbox one (naming the entry)."""
+        for name, text in self._texts():
+            check_placeholders(text, f"{where}.{name}")
+        if self.prestart < 0:
+            raise ValueError(f"{where}.prestart must be >= 0")
+
+    def fill(self, box: Sandbox) -> ServerSpec:
+        """This spec with the sandbox's values in place of the placeholders."""
+        v = box.values()
+
+        def sub(text: str, where: str) -> str:
+            return substitute(text, v, f"server.{where}", PLACEHOLDERS)
+
+        return replace(self, command=[sub(c, f"command[{i}]") for i, c in enumerate(self.command)],
+                       url=sub(self.url, "url"),
+                       launch=[sub(c, f"launch[{i}]") for i, c in enumerate(self.launch)] if self.launch else None,
+                       env={k: sub(x, f"env.{k}") for k, x in self.env.items()} if self.env else None,
+                       cwd=sub(self.cwd, "cwd") if self.cwd else None)
 
     @classmethod
-    def stdio(cls, command: str | list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> ServerSpec:
+    def stdio(cls, command: str | list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+              **sandbox: Any) -> ServerSpec:
         cmd = command.split() if isinstance(command, str) else list(command)
         if not cmd:
             raise ValueError("empty server command")
-        return cls(kind="stdio", command=cmd, env=env, cwd=cwd)
+        return cls(kind="stdio", command=cmd, env=env, cwd=cwd, **sandbox)
 
     @classmethod
-    def http(cls, url: str, launch: list[str] | None = None, env: dict[str, str] | None = None) -> ServerSpec:
-        return cls(kind="http", url=url, launch=launch, env=env)
+    def http(cls, url: str, launch: list[str] | None = None, env: dict[str, str] | None = None,
+             cwd: str | None = None, **sandbox: Any) -> ServerSpec:
+        """`sandbox`: `fixtures`, `prestart`, `keep_sandboxes` (see the class docstring)."""
+        return cls(kind="http", url=url, launch=launch, env=env, cwd=cwd, **sandbox)
 
     @classmethod
     def inprocess(cls, server_or_factory: Any) -> ServerSpec:
@@ -234,6 +274,8 @@ class MCPSession:
         self._open_error: BaseException | None = None
         self.broken: str | None = None
         self.calls = 0
+        self.sandbox: Sandbox | None = None  # the per-session sandbox and launched server, released with it
+        self.process: ManagedProcess | None = None
 
     @classmethod
     async def open(cls, spec: ServerSpec, server_obj: Any = None, timeout: float = 60.0) -> MCPSession:
@@ -361,18 +403,28 @@ def _is_transport_error(exc: BaseException) -> bool:
 
 class SessionProvider:
     """Hands out sessions to rollouts: a fresh one per rollout (`scope="rollout"`, for servers whose state is per
-    session) or one shared session (`scope="shared"`), reopened after it breaks. Owns launched processes and
-    in-process server objects; `aclose()` closes everything. `restarts` counts the sessions replaced because they broke
-(server crash, hang, lost connection)."""
+    session) or one shared session (`scope="shared"`), reopened after it breaks. Owns launched processes, in-process
+    server objects and per-session sandboxes (`ServerSpec.sandboxed`); `aclose()` closes everything. `restarts`
+    counts the sessions replaced because they broke (server crash, hang, lost connection). With `spec.prestart = N`
+    and `scope="rollout"`, N sessions (sandbox + server + MCP session) are kept started ahead: `acquire` takes one
+    and a background task starts the next (not with fixtures chosen by a task field, which need the task)."""
 
     def __init__(self, spec: ServerSpec, scope: Literal["rollout", "shared"] = "rollout") -> None:
         self.spec, self.scope = spec, scope
         self._shared: MCPSession | None = None
         self._lock = asyncio.Lock()
         self._open: set[MCPSession] = set()
-        self._managed = ManagedProcess(spec.launch, spec.url, spec.env) if spec.kind == "http" and spec.launch else None
+        self._managed = ManagedProcess(spec.launch, spec.url, spec.env, cwd=spec.cwd) \
+            if spec.kind == "http" and spec.launch and not spec.sandboxed else None
         self._server_obj: Any = None
         self.restarts = 0
+        task_fixtures = any(placeholders(f.src) for f in spec.fixtures)
+        self.prestart = spec.prestart if scope == "rollout" and not task_fixtures else 0
+        self._pool: list[MCPSession] = []
+        self._fills: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.pool_hits = 0
+        self.pool_errors: list[str] = []
 
     def _inprocess_server(self, fresh: bool) -> Any:
         target = self.spec.target
@@ -382,23 +434,75 @@ class SessionProvider:
             self._server_obj = target()
         return self._server_obj
 
-    async def _new(self) -> MCPSession:
-        if self._managed is not None:
-            await self._managed.ensure_running()
-        obj = self._inprocess_server(fresh=False) if self.spec.kind == "inprocess" else None
-        session = await MCPSession.open(self.spec, obj)
+    async def _new(self, task: dict[str, Any] | None = None) -> MCPSession:
+        if not self.spec.sandboxed:
+            if self._managed is not None:
+                await self._managed.ensure_running()
+            obj = self._inprocess_server(fresh=False) if self.spec.kind == "inprocess" else None
+            session = await MCPSession.open(self.spec, obj)
+            self._open.add(session)
+            return session
+        box = Sandbox.create(self.spec.fixtures, task, self.spec.keep_sandboxes)
+        proc: ManagedProcess | None = None
+        try:
+            spec = self.spec.fill(box)
+            if spec.kind == "http" and spec.launch:
+                proc = ManagedProcess(spec.launch, spec.url, spec.env, cwd=spec.cwd)
+                await proc.ensure_running()
+            session = await MCPSession.open(spec, self._inprocess_server(False) if spec.kind == "inprocess" else None)
+        except BaseException:
+            if proc is not None:
+                proc.terminate()
+            box.remove()
+            raise
+        session.sandbox, session.process = box, proc
         self._open.add(session)
         return session
 
-    async def acquire(self) -> MCPSession:
+    async def acquire(self, task: dict[str, Any] | None = None) -> MCPSession:
+        """A session for one rollout (`task`: the rollout's task, for fixtures that name task fields)."""
         if self.scope == "rollout":
-            return await self._new()
+            while self._pool:
+                session = self._pool.pop(0)
+                if not session.broken:
+                    self.pool_hits += 1
+                    self._refill()
+                    return session
+                await self._discard(session)
+            session = await self._new(task)
+            self._refill()
+            return session
         async with self._lock:
             if self._shared is None or self._shared.broken:
                 if self._shared is not None:
                     await self._discard(self._shared)
-                self._shared = await self._new()
+                self._shared = await self._new(task)
             return self._shared
+
+    def _refill(self) -> None:
+        if self._closed or len(self.pool_errors) >= 3:  # a server that fails to start: stop prestarting it
+            return
+        for _ in range(self.prestart - len(self._pool) - len(self._fills)):
+            t = asyncio.get_running_loop().create_task(self._fill_one(), name="mcp-prestart")
+            self._fills.add(t)
+            t.add_done_callback(self._fills.discard)
+
+    async def _fill_one(self) -> None:
+        try:
+            session = await self._new(None)
+        except Exception as exc:  # noqa: BLE001 - counted; acquire then starts sessions itself
+            self.pool_errors.append(_describe_exc(exc))
+            return
+        if self._closed:
+            await self._discard(session)
+        else:
+            self._pool.append(session)
+
+    async def prestart_now(self) -> None:
+        """Fill the warm pool and wait for it (`env.start()` calls this, so the first rollouts find it full)."""
+        self._refill()
+        if self._fills:
+            await asyncio.gather(*list(self._fills), return_exceptions=True)
 
     async def release(self, session: MCPSession) -> None:
         if self.scope == "rollout" or session.broken:
@@ -410,11 +514,23 @@ class SessionProvider:
         if session.broken and session in self._open:
             self.restarts += 1  # counted once per broken session, in either scope
         self._open.discard(session)
-        await session.close()
-        if session.broken and self._managed is not None and not self._managed.alive:
-            self._managed.terminate()
+        try:
+            await session.close()
+        finally:
+            if session.process is not None:
+                session.process.terminate()
+            if session.sandbox is not None:
+                session.sandbox.remove()
+            if session.broken and self._managed is not None and not self._managed.alive:
+                self._managed.terminate()
 
     async def aclose(self) -> None:
+        self._closed = True
+        for t in list(self._fills):
+            t.cancel()
+        if self._fills:
+            await asyncio.gather(*list(self._fills), return_exceptions=True)
+        self._pool.clear()
         for s in list(self._open):
             await self._discard(s)
         self._shared = None

@@ -119,7 +119,7 @@ async def run_rollout(
     try:
         t0 = time.perf_counter()
         for attempt in range(2):
-            session = await provider.acquire() if provider is not None else None
+            session = await provider.acquire(task) if provider is not None else None
             token = bind_rollout(session, state)
             try:
                 await env.setup_state(state, task)

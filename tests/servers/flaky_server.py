@@ -1,5 +1,5 @@
 """A deliberately misbehaving MCP server for the tests: tools that echo, add, keep per-process state, fail, sleep,
-hang forever, flood stderr and crash the process.
+hang forever, flood stderr, crash the process, and write and list files in its working directory.
 
     python flaky_server.py                              # stdio
     python flaky_server.py --transport streamable-http --port 8123
@@ -78,6 +78,20 @@ def log(kilobytes: int) -> str:
         sys.stderr.write("x" * 1023 + "\n")
     sys.stderr.flush()
     return f"logged {kilobytes} KB"
+
+
+@srv.tool()
+def write_file(filename: str, text: str) -> str:
+    """Write a file in the server's working directory (a per-rollout sandbox in the sandbox tests)."""
+    with open(filename, "w") as f:
+        f.write(text)
+    return "ok"
+
+
+@srv.tool()
+def list_files() -> str:
+    """The names of the files in the server's working directory, comma-separated and sorted."""
+    return ",".join(sorted(os.listdir(".")))
 
 
 @srv.tool()

@@ -1,0 +1,299 @@
+"""Per-rollout sandboxes (`toolgym.sandbox`, `ServerSpec` placeholders and fixtures, config `[[setup]]`/`[[cleanup]]`,
+the warm pool): real servers over real transports -- the npm knowledge-graph server
+(`examples/sandboxes`, installed by setup.sh; those tests skip without it) and the test suite's Python stdio server
+(`tests/servers/flaky_server.py`), launched as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from tg_testutil import read_jsonl
+
+from toolgym import ScriptedPolicy, ServerSpec, StatefulToolEnv, load_env, run_rollouts
+from toolgym.mcp_bridge import SessionProvider
+from toolgym.policies.scripted import call
+from toolgym.sandbox import Fixture, Sandbox, SandboxError, sweep_stale
+from toolgym.types import AssistantTurn
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "sandboxes"
+MEMORY_ENV = EXAMPLES / "memory" / "env.toml"
+MEMORY_PKG = EXAMPLES / "node_modules" / "@modelcontextprotocol" / "server-memory"
+FLAKY = ROOT / "tests" / "servers" / "flaky_server.py"
+need_memory = pytest.mark.skipif(not MEMORY_PKG.is_dir() or shutil.which("node") is None,
+                                 reason="npm memory server not installed (setup.sh: npm install --prefix "
+                                        "examples/sandboxes)")
+
+
+@pytest.fixture
+def sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TOOLGYM_SANDBOX_DIR", str(tmp_path / "sbx"))
+    monkeypatch.delenv("TOOLGYM_KEEP_SANDBOXES", raising=False)
+    return tmp_path / "sbx" / "toolgym-sandboxes"
+
+
+def _left(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def _tree_state(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*")}
+
+
+def _eval_config(cfg: Path, n: int, concurrency: int) -> list[Any]:
+    env = load_env(str(cfg))
+
+    async def go() -> list[Any]:
+        await env.start()
+        try:
+            pol = env.scripted_players()["reference"](env)
+            return await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(env.build_dataset(n))], concurrency)
+        finally:
+            await env.aclose()
+
+    return asyncio.run(go())
+
+
+@need_memory
+def test_memory_server_rollouts_are_isolated_and_leave_nothing(sandbox_root: Path, tmp_path: Path) -> None:
+    before = _tree_state(MEMORY_PKG)
+    trajs = _eval_config(MEMORY_ENV, 12, 4)
+    assert len(trajs) == 12 and all(t.error is None for t in trajs), [t.error for t in trajs]
+    assert [t.rewards["state"] for t in trajs] == [1.0] * 12  # each graph held only its own task's person
+    assert _tree_state(MEMORY_PKG) == before  # nothing written in the server's package folder
+    assert _left(sandbox_root) == []  # every sandbox removed (warm-pool leftovers too)
+
+    # the same server and tasks with one shared graph file: rollouts see each other's entities (the test can fail)
+    shared = tmp_path / "shared.toml"
+    text = MEMORY_ENV.read_text().replace('scope = "rollout"', 'scope = "shared"').replace("prestart = 4", "")
+    text = text.replace("{rollout_dir}/memory.jsonl", str(tmp_path / "shared-memory.jsonl"))
+    shared.write_text(text.replace('"../node_modules', f'"{EXAMPLES}/node_modules'))
+    (tmp_path / "graph_check.py").write_text((MEMORY_ENV.parent / "graph_check.py").read_text())
+    (tmp_path / "tasks.jsonl").write_text((MEMORY_ENV.parent / "tasks.jsonl").read_text())
+    leaky = _eval_config(shared, 12, 4)
+    assert sum(t.rewards["state"] for t in leaky) < 6
+
+
+def _flaky_spec(**extra: Any) -> ServerSpec:
+    return ServerSpec.stdio([sys.executable, str(FLAKY)], cwd="{rollout_dir}", env={"ROLLOUT": "{rollout_id}"},
+                            **extra)
+
+
+class _FilesEnv(StatefulToolEnv):
+    """Rollouts that write a file into their sandbox, then do what the task says (nothing, crash, hang)."""
+
+    name = "files"
+    session_scope = "rollout"
+    max_turns = 3
+    tool_timeout = 2.0
+
+    def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        return [{"prompt": "go", "i": i, "then": "none"} for i in range(n or 4)]
+
+
+def _player() -> ScriptedPolicy:
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        task, step = memory["task"], memory.setdefault("step", 0)
+        memory["step"] = step + 1
+        if step == 0:
+            return AssistantTurn(content="", tool_calls=[call("write_file", filename=f"mine-{task['i']}.txt", text="x")])
+        if step == 1:
+            then = task["then"]
+            return AssistantTurn(content="", tool_calls=[call(then if then != "none" else "list_files")])
+        return AssistantTurn(content="done")
+
+    return ScriptedPolicy(act, "scripted:files")
+
+
+def _server_procs() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if "flaky_server.py" in " ".join(p.cmdline())]
+
+
+def test_each_rollout_sees_only_its_sandbox_and_it_is_removed_after_crash_and_timeout(sandbox_root: Path) -> None:
+    env = _FilesEnv(server=_flaky_spec())
+    tasks = [{"prompt": "go", "i": i, "then": then} for i, then in enumerate(["none", "crash", "hang", "none"] * 2)]
+
+    async def go() -> list[Any]:
+        await env.start()
+        try:
+            return await run_rollouts(env, _player(), [(i, 0, t) for i, t in enumerate(tasks)], 4)
+        finally:
+            await env.aclose()
+
+    trajs = asyncio.run(go())
+    for t in trajs:
+        if t.task["then"] == "none":
+            assert t.error is None and t.calls[1].result == f"mine-{t.task['i']}.txt"  # only its own file
+        else:
+            assert t.error is not None  # the crashed or hung server fails this rollout only
+    assert _left(sandbox_root) == []
+    time.sleep(0.5)
+    assert _server_procs() == []
+
+
+def test_ctrl_c_removes_sandboxes_and_servers(sandbox_root: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "env.toml"
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(
+        {"prompt": "go", "expected_calls": [{"name": "sleep", "arguments": {"seconds": [0.3]}}]}) + "\n"
+        for _ in range(40)))
+    cfg.write_text(f'name = "slow"\n[server]\ncommand = ["{sys.executable}", "{FLAKY}"]\ncwd = "{{rollout_dir}}"\n'
+                   'scope = "rollout"\nprestart = 2\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n')
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "toolgym.cli", "eval", str(cfg), "-n", "40", "-c", "2", "-o",
+                             str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "TOOLGYM_SANDBOX_DIR": str(sandbox_root.parent)})
+    deadline = time.monotonic() + 90
+    while len(read_jsonl(out / "results.jsonl")) < 2:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert _left(sandbox_root), "sandboxes should exist mid-run"
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == []
+    assert _left(sandbox_root) == []
+
+
+def test_sigkilled_runs_sandboxes_are_swept_by_the_next(sandbox_root: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sandbox_root.mkdir(parents=True)
+    (sandbox_root / f"{dead.pid}-0-deadbeef").mkdir()
+    (sandbox_root / f"{os.getpid()}-999-live").mkdir()  # ours: kept
+    assert sweep_stale(sandbox_root) == 1
+    assert _left(sandbox_root) == [f"{os.getpid()}-999-live"]
+
+
+def test_fixtures_are_copied_in_and_task_fields_choose_them(sandbox_root: Path, tmp_path: Path) -> None:
+    (tmp_path / "fx" / "a").mkdir(parents=True)
+    (tmp_path / "fx" / "a" / "seed.txt").write_text("A")
+    (tmp_path / "fx" / "b").mkdir()
+    (tmp_path / "fx" / "b" / "seed.txt").write_text("B")
+    (tmp_path / "common.txt").write_text("C")
+    spec = _flaky_spec(fixtures=[Fixture(str(tmp_path / "common.txt")), Fixture(str(tmp_path / "fx" / "{pick}"),
+                                                                                "data")])
+
+    async def go() -> list[str]:
+        provider = SessionProvider(spec, "rollout")
+        try:
+            out = []
+            for pick in ("a", "b"):
+                s = await provider.acquire({"pick": pick})
+                out.append((await s.call("list_files", {})).text)
+                assert (s.sandbox.path / "data" / "seed.txt").read_text() == pick.upper()  # type: ignore[union-attr]
+                await provider.release(s)
+            return out
+        finally:
+            await provider.aclose()
+
+    assert asyncio.run(go()) == ["common.txt,data", "common.txt,data"]
+    assert _left(sandbox_root) == []
+    with pytest.raises(SandboxError, match=r"server.fixtures\[1\]: .*nope does not exist"):
+        Sandbox.create([Fixture(str(tmp_path / "common.txt")), Fixture(str(tmp_path / "nope"))])
+    assert _left(sandbox_root) == []  # the half-made sandbox is removed too
+
+
+def test_http_server_launched_per_rollout_on_its_own_port(sandbox_root: Path) -> None:
+    spec = ServerSpec.http("http://127.0.0.1:{port}/mcp", cwd="{rollout_dir}",
+                           launch=[sys.executable, str(FLAKY), "--transport", "streamable-http", "--port", "{port}"])
+
+    async def go() -> tuple[set[str], set[int]]:
+        provider = SessionProvider(spec, "rollout")
+        try:
+            sessions = [await provider.acquire() for _ in range(3)]
+            urls = {s.spec.url for s in sessions}
+            pids = {int((await s.call("pid", {})).text) for s in sessions}
+            for i, s in enumerate(sessions):
+                await s.call("write_file", {"filename": f"f{i}", "text": "x"})
+            assert [(await s.call("list_files", {})).text for s in sessions] == ["f0", "f1", "f2"]
+            for s in sessions:
+                await provider.release(s)
+            return urls, pids
+        finally:
+            await provider.aclose()
+
+    urls, pids = asyncio.run(go())
+    assert len(urls) == 3 and len(pids) == 3
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    assert _left(sandbox_root) == []
+
+
+def test_warm_pool_hands_out_prestarted_servers(sandbox_root: Path) -> None:
+    env = _FilesEnv(server=_flaky_spec(prestart=3))
+
+    async def go() -> tuple[int, int, list[Any]]:
+        await env.start()
+        assert len(env.provider._pool) == 3  # type: ignore[union-attr]  # full before the first rollout
+        try:
+            trajs = await run_rollouts(env, _player(), [(i, 0, t) for i, t in enumerate(env.build_dataset(6))], 2)
+            return env.provider.pool_hits, len(_left(sandbox_root)), trajs  # type: ignore[union-attr]
+        finally:
+            await env.aclose()
+
+    hits, live, trajs = asyncio.run(go())
+    assert all(t.error is None for t in trajs) and hits >= 3
+    assert live == 3  # the refilled pool, still warm at the end of the run
+    assert _left(sandbox_root) == [] and _server_procs() == []
+
+
+def test_bad_placeholders_fixtures_and_setup_calls_name_the_entry(tmp_path: Path, sandbox_root: Path) -> None:
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "go", "who": "x", "expected_calls": []}) + "\n")
+    base = f'name = "t"\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n'
+    cmd = f'command = ["{sys.executable}", "{FLAKY}"]\n'
+
+    def cfg(server: str, extra: str = "", scope: str = "rollout") -> str:
+        p = tmp_path / "env.toml"
+        p.write_text(base + "[server]\n" + cmd + f'scope = "{scope}"\n' + server + extra)
+        return str(p)
+
+    with pytest.raises(SandboxError, match=r"server.env.DB: unknown placeholder \{rollout_dri\}"):
+        load_env(cfg('env = { DB = "{rollout_dri}/db" }\n'))
+    with pytest.raises(SandboxError, match=r"server.fixtures\[0\]: .*missing.db does not exist"):
+        load_env(cfg('fixtures = ["missing.db"]\n'))
+    with pytest.raises(ValueError, match="prestart .* needs scope"):
+        load_env(cfg("prestart = 2\n", scope="shared"))
+    env = load_env(cfg("", '[[setup]]\ntool = "fail"\narguments = { message = "{who}" }\n'
+                           '[[setup]]\ntool = "echo"\narguments = { text = "{nobody}" }\n'))
+    trajs = _run_reference(env)
+    assert "setup[0] (tool 'fail') failed" in (trajs[0].error or "") and "fail: x" in (trajs[0].error or "")
+    env = load_env(cfg("", '[[setup]]\ntool = "echo"\narguments = { text = "{nobody}" }\n'))
+    assert "setup[0] (tool 'echo').arguments: the task has no field 'nobody'" in (_run_reference(env)[0].error or "")
+    env = load_env(cfg("", '[[cleanup]]\ntool = "fail"\narguments = { message = "after {who}" }\n'))
+    assert "cleanup[0] (tool 'fail') failed: hidden call fail({'message': 'after x'})" in \
+        (_run_reference(env)[0].error or "")  # cleanup calls run after scoring, with task placeholders
+    assert _left(sandbox_root) == []
+
+
+def _run_reference(env: StatefulToolEnv) -> list[Any]:
+    async def go() -> list[Any]:
+        await env.start()
+        try:
+            pol = env.scripted_players()["reference"](env)
+            return await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(env.build_dataset())], 1)
+        finally:
+            await env.aclose()
+
+    return asyncio.run(go())
+
+
+@need_memory
+def test_filesystem_walkthrough_copies_fixtures_into_each_sandbox(sandbox_root: Path) -> None:
+    fixtures = EXAMPLES / "filesystem" / "fixtures"
+    before = _tree_state(fixtures)
+    trajs = _eval_config(EXAMPLES / "filesystem" / "env.toml", 8, 4)
+    assert all(t.error is None for t in trajs) and [t.rewards["state"] for t in trajs] == [1.0] * 8
+    assert {t.task["kind"] for t in trajs} == {"write", "rename"}  # renames of the same fixture file do not clash
+    assert _tree_state(fixtures) == before and _left(sandbox_root) == []
