@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,3 +51,19 @@ def read_jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 pass
     return out
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, deadline: float, what: str = "server") -> None:
+    """Poll `url` (e.g. a vLLM server's /health) until it answers 200, failing if `proc` exits or `deadline`
+    (a `time.monotonic()` value) passes."""
+    import httpx
+
+    while True:
+        assert proc.poll() is None, f"{what} exited"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{what} did not start"
+        time.sleep(2)

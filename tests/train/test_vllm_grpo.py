@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tg_testutil import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,8 +54,6 @@ def test_vllm_server_sampler_weight_push(tmp_path: Path) -> None:
     import sys
     import time
 
-    import httpx
-
     venv = Path(os.environ.get("TOOLGYM_VLLM_VENV", ROOT / ".venv-vllm"))
     py = (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
     if not py.exists():
@@ -80,16 +79,7 @@ def test_vllm_server_sampler_weight_push(tmp_path: Path) -> None:
                              "--max-num-batched-tokens", "32768"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, "vllm server exited"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "vllm server did not start"
-            time.sleep(2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}/health", time.monotonic() + 600, "vllm server")
         cfg = GRPOConfig(model=str(model_dir), output_dir=str(tmp_path / "run"), env="digits", num_examples=16,
                          batch_size=4, rollouts_per_example=8, learning_rate=3e-2, max_tokens=8, micro_batch_size=16,
                          max_steps=3, seed=0, engine="vllm-server",
