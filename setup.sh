@@ -14,10 +14,10 @@ for d in servers/*/ envs/*/; do
   [ -f "$d/pyproject.toml" ] && args+=(-e "$d")
 done
 .venv/bin/python -m pip install -q "${args[@]}"
-# the npm MCP servers of the sandbox walkthroughs (examples/sandboxes, pinned by its package-lock.json); optional:
+# the npm MCP servers of the examples/ walkthroughs (examples/npm, pinned by its package-lock.json); optional:
 # without npm those examples and their tests are skipped
 if command -v npm >/dev/null 2>&1; then
-  npm ci --prefix examples/sandboxes --no-audit --no-fund --loglevel=error \
-    || echo "WARNING: npm ci in examples/sandboxes failed; the sandbox examples' tests will skip"
+  npm ci --prefix examples/npm --no-audit --no-fund --loglevel=error \
+    || echo "WARNING: npm ci in examples/npm failed; the tests of the npm-server examples will skip"
 fi
 echo "toolgym is installed in .venv (activate: . .venv/bin/activate)"

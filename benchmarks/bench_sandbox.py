@@ -7,7 +7,7 @@ its own state).
                                        [--prestart 8] [--turn-ms 0,500]
 
 Servers: the npm `@modelcontextprotocol/server-memory` and `server-filesystem` of `examples/sandboxes` (install with
-`npm ci --prefix examples/sandboxes`; setup.sh does). The policy is the config env's scripted `reference` player,
+`npm ci --prefix examples/npm`; setup.sh does). The policy is the config env's scripted `reference` player,
 so the time is the server's and toolgym's, not a model's; `--turn-ms` adds a wait per model turn (as for a remote
 model endpoint: no CPU), the case the warm pool is for -- servers start while rollouts wait for the model. With
 instant turns the spawn rate of the machine bounds both per-rollout modes. Writes
@@ -38,7 +38,7 @@ EXAMPLES = ROOT / "examples" / "sandboxes"
 def variant(server: str, mode: str, prestart: int, tmp: Path) -> Path:
     """The example's env.toml rewritten for one mode: shared (one server, one state file), per-rollout, pooled."""
     src = EXAMPLES / server / "env.toml"
-    text = src.read_text().replace('"../node_modules', f'"{EXAMPLES}/node_modules')
+    text = src.read_text().replace('"../../npm/node_modules', f'"{ROOT}/examples/npm/node_modules')
     text = text.replace("prestart = 4", f"prestart = {prestart if mode == 'pool' else 0}")
     if mode == "shared":
         text = text.replace('scope = "rollout"', 'scope = "shared"').replace("prestart = 0", "")
@@ -103,8 +103,8 @@ def main() -> None:
     ap.add_argument("--turn-ms", default="0,500", help="model-turn latencies to measure, comma-separated")
     a = ap.parse_args()
     turns = [int(x) for x in a.turn_ms.split(",")]
-    if not (EXAMPLES / "node_modules" / ".bin").is_dir():
-        raise SystemExit("install the example servers first: npm ci --prefix examples/sandboxes")
+    if not (ROOT / "examples" / "npm" / "node_modules" / ".bin").is_dir():
+        raise SystemExit("install the example servers first: npm ci --prefix examples/npm")
     servers = ["memory", "filesystem"] if a.server == "both" else [a.server]
     modes = [("shared", "one shared server (no isolation)"), ("rollout", "server + sandbox per rollout"),
              ("pool", f"per rollout, warm pool of {a.prestart}")]

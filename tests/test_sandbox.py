@@ -29,7 +29,8 @@ from toolgym.types import AssistantTurn
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "sandboxes"
 MEMORY_ENV = EXAMPLES / "memory" / "env.toml"
-MEMORY_PKG = EXAMPLES / "node_modules" / "@modelcontextprotocol" / "server-memory"
+NPM = ROOT / "examples" / "npm" / "node_modules"
+MEMORY_PKG = NPM / "@modelcontextprotocol" / "server-memory"
 FLAKY = ROOT / "tests" / "servers" / "flaky_server.py"
 need_memory = pytest.mark.skipif(not MEMORY_PKG.is_dir() or shutil.which("node") is None,
                                  reason="npm memory server not installed (setup.sh: npm install --prefix "
@@ -78,7 +79,7 @@ def test_memory_server_rollouts_are_isolated_and_leave_nothing(sandbox_root: Pat
     shared = tmp_path / "shared.toml"
     text = MEMORY_ENV.read_text().replace('scope = "rollout"', 'scope = "shared"').replace("prestart = 4", "")
     text = text.replace("{rollout_dir}/memory.jsonl", str(tmp_path / "shared-memory.jsonl"))
-    shared.write_text(text.replace('"../node_modules', f'"{EXAMPLES}/node_modules'))
+    shared.write_text(text.replace('"../../npm/node_modules', f'"{NPM}'))
     (tmp_path / "graph_check.py").write_text((MEMORY_ENV.parent / "graph_check.py").read_text())
     (tmp_path / "tasks.jsonl").write_text((MEMORY_ENV.parent / "tasks.jsonl").read_text())
     leaky = _eval_config(shared, 12, 4)

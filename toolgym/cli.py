@@ -204,6 +204,10 @@ def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> No
         for tool, row in sorted(acc.items(), key=lambda kv: (kv[0] != "*", kv[0])):
             ta.add_row("all" if tool == "*" else tool,
                        *[(f"{int(row[c])}" if c == "calls" else f"{row[c]:.3f}") if c in row else "-" for c in cols])
+        for server, row in sorted((summary.get("tool_accuracy_by_server") or {}).items()):
+            if server != "*":
+                ta.add_row(f"[dim]server {server}[/]", *[(f"{int(row[c])}" if c == "calls" else f"{row[c]:.3f}")
+                                                        if c in row else "-" for c in cols])
         console.print(ta)
     for field, rows in (summary.get("by") or {}).items():  # rates in %, +- half the 95 % (Wilson) interval
         cols = [n for n in (names or []) if any(n in r and 0 <= r[n]["lo"] and r[n]["hi"] <= 1 for r in rows.values())]
@@ -226,6 +230,8 @@ def envs_cmd(
 ) -> None:
     """List environments (entry-point group `toolgym.envs`) with the options each declares: type, default, range
     and description -- what `-a key=value` and a training config's `env_args` accept."""
+    from rich.markup import escape
+
     from toolgym.registry import available_envs, env_options
 
     for name in names or available_envs():
@@ -243,7 +249,8 @@ def envs_cmd(
             t.add_column(col, overflow="fold")
         for o in opts.values():
             desc = o.description + (f" [{o.range}]" if o.range else "")
-            t.add_row(o.name, o.type_name, o.default_text(), desc, style="dim" if o.name == "server" else None)
+            t.add_row(o.name, escape(o.type_name), escape(o.default_text()), escape(desc),
+                      style="dim" if o.name in ("server", "servers") else None)
         console.print(t)
 
 

@@ -43,7 +43,7 @@ import pydantic
 
 from toolgym.accuracy import call_matches
 from toolgym.env import HiddenCallError, StatefulToolEnv
-from toolgym.mcp_bridge import ServerSpec
+from toolgym.mcp_bridge import ServerBinding, ServerSpec
 from toolgym.rubric import Rubric
 from toolgym.sandbox import Fixture, SandboxError, placeholders
 
@@ -76,6 +76,14 @@ class ServerConfig(pydantic.BaseModel):
         if self.prestart and self.scope != "rollout":
             raise ValueError("[server] prestart (a warm pool of per-rollout servers) needs scope = \"rollout\"")
         return self
+
+
+class NamedServerConfig(ServerConfig):
+    """One `[[servers]]` entry of a multi-server env: a `[server]` plus its name, tool-name prefix and hidden tools."""
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    prefix: str = ""
+    hidden_tools: list[str] = []
 
 
 class CallConfig(pydantic.BaseModel):
@@ -118,12 +126,19 @@ class RewardConfig(pydantic.BaseModel):
 class EnvConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     name: str = "config-env"
-    server: ServerConfig
+    server: ServerConfig | None = None
+    servers: list[NamedServerConfig] = []
     env: EnvSection = EnvSection()
     tasks: TasksConfig
     rewards: list[RewardConfig] = pydantic.Field(min_length=1)
     setup: list[CallConfig] = []
     cleanup: list[CallConfig] = []
+
+    @pydantic.model_validator(mode="after")
+    def _one_server_section(self) -> EnvConfig:
+        if (self.server is None) == (not self.servers):
+            raise ValueError("give either one [server] or several [[servers]] (each with a name)")
+        return self
 
 
 def final_answer(messages: list[dict[str, Any]]) -> str:
@@ -178,7 +193,7 @@ def _fill_named(template: Any, task: dict[str, Any], where: str) -> Any:
         raise HiddenCallError(f"{where}: bad placeholder: {exc}") from None
 
 
-def _server_spec(s: ServerConfig, base: Path) -> ServerSpec:
+def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSpec:
     """The `ServerSpec` of a `[server]` section: paths relative to the config folder (a command given as a relative
     path, fixtures), placeholders checked now (a bad one is an error naming its entry)."""
     fixtures = []
@@ -186,7 +201,7 @@ def _server_spec(s: ServerConfig, base: Path) -> ServerSpec:
         fc = FixtureConfig(src=fx) if isinstance(fx, str) else fx
         src = fc.src if Path(fc.src).is_absolute() else str(base / fc.src)
         if not placeholders(src) and not Path(src).exists():
-            raise SandboxError(f"server.fixtures[{i}]: {src} does not exist")
+            raise SandboxError(f"{where}.fixtures[{i}]: {src} does not exist")
         fixtures.append(Fixture(src, fc.dest))
     sandbox = {"fixtures": fixtures, "prestart": s.prestart, "keep_sandboxes": s.keep_sandboxes}
     if s.command:
@@ -196,7 +211,7 @@ def _server_spec(s: ServerConfig, base: Path) -> ServerSpec:
         spec = ServerSpec.stdio(cmd, env=s.env, cwd=s.cwd or str(base), **sandbox)
     else:
         spec = ServerSpec.http(s.url or "", launch=s.launch, env=s.env, cwd=s.cwd, **sandbox)
-    spec.check("server")
+    spec.check(where)
     return spec
 
 
@@ -247,10 +262,14 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
     return fn
 
 
-def _reference_player(env: Any, **_: Any) -> Any:
+def _reference_player(env: Any, answer_from: str = "tool", **_: Any) -> Any:
     """Replays the task's `expected_calls` (first acceptable value of each argument), then answers with the last
     tool output inside <answer> tags (or the task's `answer` when the task has no expected calls). Validates a
-    config env's plumbing and rewards; it is an oracle, not a baseline."""
+    config env's plumbing and rewards; it is an oracle, not a baseline. `answer_from="task"` answers with the
+    task's `answer` after the calls instead (concise teacher data for `toolgym synth --teacher-arg
+    answer_from=task`)."""
+    if answer_from not in ("tool", "task"):
+        raise ValueError(f"answer_from must be 'tool' or 'task', not {answer_from!r}")
     from toolgym.policies.scripted import ScriptedPolicy, call
     from toolgym.types import AssistantTurn
 
@@ -264,7 +283,7 @@ def _reference_player(env: Any, **_: Any) -> Any:
                     if not (isinstance(v, list) and v and v[0] in ("", None))}
             return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], **args)])
         last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), None)
-        answer = last if last is not None else str(task.get("answer", ""))
+        answer = last if last is not None and answer_from == "tool" else str(task.get("answer", ""))
         return AssistantTurn(content=f"<answer>{answer}</answer>")
 
     return ScriptedPolicy(act, "scripted:reference")
@@ -279,20 +298,30 @@ class ConfigEnv(StatefulToolEnv):
     def scripted_players(self) -> dict[str, Any]:
         return {"reference": _reference_player}
 
-    def __init__(self, config: EnvConfig, base_dir: Path, /, **options: Any) -> None:
+    def __init__(self, config: EnvConfig, base_dir: Path, /, tasks: str | None = None, **options: Any) -> None:
+        """
+        Args:
+            tasks: A task file to use instead of the config's `[tasks] path` (relative to the config's folder), e.g.
+                a held-out split.
+        """
         self.config, self.base_dir = config, base_dir
+        self.tasks_path = tasks or config.tasks.path
         self.name = config.name  # type: ignore[misc]
-        spec = _server_spec(config.server, base_dir)
-        s = config.server
         e = config.env
-        self.session_scope = s.scope  # type: ignore[misc]
+        if config.server is not None:
+            options.setdefault("server", _server_spec(config.server, base_dir))
+            self.session_scope = config.server.scope  # type: ignore[misc]
+        else:
+            options.setdefault("servers", [
+                ServerBinding(s.name, _server_spec(s, base_dir, f"servers[{i}]"), s.scope, s.prefix,
+                              tuple(s.hidden_tools)) for i, s in enumerate(config.servers)])
         self.system_prompt = e.system_prompt  # type: ignore[misc]
         self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
         self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
         options.setdefault("max_turns", e.max_turns)
         options.setdefault("on_no_call", e.on_no_call)
         options.setdefault("tool_timeout", e.tool_timeout)
-        super().__init__(server=spec, **options)
+        super().__init__(**options)
 
     def build_rubric(self) -> Rubric:
         return Rubric([(_make_reward(rc, self.base_dir), rc.weight) for rc in self.config.rewards])
@@ -313,7 +342,9 @@ class ConfigEnv(StatefulToolEnv):
         await self._hidden_calls("cleanup", self.config.cleanup, state.get("task") or {})
 
     def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-        path = (self.base_dir / self.config.tasks.path).resolve()
+        path = (self.base_dir / self.tasks_path).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"task file {path} not found")
         rows = []
         with path.open() as f:
             for lineno, line in enumerate(f, 1):

@@ -35,7 +35,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 
-from toolgym.mcp_bridge import MCPSession, ServerSpec, SessionProvider, ToolCallError, ToolInfo, ToolResult
+from toolgym.mcp_bridge import (
+    MCPSession,
+    MultiProvider,
+    ServerBinding,
+    ServerSpec,
+    SessionProvider,
+    ToolCallError,
+    ToolInfo,
+    ToolResult,
+)
 from toolgym.options import class_defaults
 from toolgym.rubric import Rubric
 from toolgym.tool_schema import described_signature
@@ -92,6 +101,7 @@ class StatefulToolEnv:
 
     name: ClassVar[str] = "env"
     server: ClassVar[ServerSpec | None] = None
+    servers: ClassVar[list[ServerBinding] | None] = None  # several servers instead of `server` (see ServerBinding)
     session_scope: ClassVar[Literal["rollout", "shared"]] = "rollout"
     hidden_tools: ClassVar[set[str]] = set()
     visible_tools: ClassVar[set[str] | None] = None
@@ -111,6 +121,7 @@ class StatefulToolEnv:
     def __init__(
         self,
         server: ServerSpec | None = None,
+        servers: list[ServerBinding] | None = None,
         max_turns: Annotated[int, pydantic.Field(ge=1)] | None = None,
         tool_timeout: Annotated[float, pydantic.Field(gt=0)] | None = None,
         on_no_call: Literal["stop", "nudge"] | None = None,
@@ -121,20 +132,25 @@ class StatefulToolEnv:
 
         Args:
             server: The MCP server to bind instead of the env's own (Python API: a `ServerSpec`).
+            servers: Several MCP servers to bind instead (Python API: `ServerBinding`s; their tools are merged).
             max_turns: Model turns a rollout may take before it is stopped.
             tool_timeout: Seconds one tool call may take before it fails.
             on_no_call: What a model turn without a tool call does: end the rollout, or get a nudge and go on.
             session_scope: One MCP session per rollout, or one shared by all rollouts.
         """
+        if server is not None and servers is not None:
+            raise ValueError("pass either server or servers, not both")
         if server is not None:
             self.server = server  # type: ignore[misc]
+        if servers is not None:
+            self.servers = list(servers)  # type: ignore[misc]
         for key, value in (("max_turns", max_turns), ("tool_timeout", tool_timeout), ("on_no_call", on_no_call),
                            ("session_scope", session_scope)):
             if value is not None:
                 setattr(self, key, value)
         self.rubric: Rubric = self.build_rubric()
         self.tools: dict[str, ToolInfo] = {}
-        self._provider: SessionProvider | None = None
+        self._provider: SessionProvider | MultiProvider | None = None
         self._env_tools = {
             n: m for n, m in inspect.getmembers(type(self), predicate=callable) if getattr(m, "_toolgym_env_tool", False)
         }
@@ -191,19 +207,26 @@ class StatefulToolEnv:
         """Connect to the server (once) and learn its tools."""
         if self._provider is not None:
             return
-        if self.server is None:
+        if self.servers:
+            multi = MultiProvider(self.servers)
+            self._provider = multi
+            await multi.start()
+            hidden = {b.prefix + t for b in self.servers for t in b.hidden_tools}
+            self.hidden_tools = set(self.hidden_tools) | hidden  # type: ignore[misc]
+        elif self.server is None:
             if not self._env_tools:
                 raise ValueError(f"{type(self).__name__} has no server and no env tools")
             return
-        self._provider = SessionProvider(self.server, self.session_scope)
+        else:
+            self._provider = SessionProvider(self.server, self.session_scope)
         session = await self._provider.acquire()
         try:
             self.tools = {t.name: t for t in await session.list_tools()}
         finally:
-            await self._provider.release(session)
+            await self._provider.release(session)  # type: ignore[arg-type]
         missing = [t for t in (self.visible_tools or set()) if t not in self.tools]
         if missing:
-            raise ValueError(f"visible_tools {missing} are not offered by the server {self.server.describe()}")
+            raise ValueError(f"visible_tools {missing} are not offered by {self._describe_servers()}")
         await self._provider.prestart_now()  # a warm pool (`ServerSpec.prestart`): full before the first rollout
 
     async def aclose(self) -> None:
@@ -219,8 +242,17 @@ class StatefulToolEnv:
         await self.aclose()
 
     @property
-    def provider(self) -> SessionProvider | None:
+    def provider(self) -> SessionProvider | MultiProvider | None:
         return self._provider
+
+    def server_of(self, tool: str) -> str | None:
+        """The name of the server a tool call goes to, in a multi-server env (else None)."""
+        return self._provider.server_of(tool) if isinstance(self._provider, MultiProvider) else None
+
+    def _describe_servers(self) -> str:
+        if self.servers:
+            return "the servers " + ", ".join(f"{b.name}={b.spec.describe()}" for b in self.servers)
+        return f"the server {self.server.describe()}" if self.server else "no server"
 
     def is_visible(self, tool: str) -> bool:
         if tool in self._env_tools:
@@ -282,7 +314,7 @@ class StatefulToolEnv:
         return value if isinstance(value, str) else json.dumps(value)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name} server={self.server.describe() if self.server else None}>"
+        return f"<{type(self).__name__} {self.name} {self._describe_servers()}>"
 
 
 def bind_rollout(session: MCPSession | None, state: dict[str, Any]) -> contextvars.Token[_Rollout]:

@@ -538,6 +538,123 @@ class SessionProvider:
             self._managed.terminate()
 
 
+@dataclass
+class ServerBinding:
+    """One server of a multi-server env: a name (in metrics and errors), how to reach it, its session scope, the
+    prefix its tool names get in the env (for clashes: `time_` makes `convert_time` `time_convert_time`) and the
+    tools of it the model must not see (by their own names)."""
+
+    name: str
+    spec: ServerSpec
+    scope: Literal["rollout", "shared"] = "shared"
+    prefix: str = ""
+    hidden_tools: tuple[str, ...] = ()
+
+
+class MultiSession:
+    """One rollout's sessions to several servers, seen as one session: the union of their tools (prefixed), each
+    call routed to its server under the server's own tool name. Made and released by `MultiProvider`."""
+
+    def __init__(self, parts: dict[str, MCPSession], provider: MultiProvider) -> None:
+        self.parts, self.provider = parts, provider
+        self.sandbox: Sandbox | None = None
+        self.process: ManagedProcess | None = None
+
+    @property
+    def broken(self) -> str | None:
+        return next((f"{n}: {s.broken}" for n, s in self.parts.items() if s.broken), None)
+
+    @property
+    def calls(self) -> int:
+        return sum(s.calls for s in self.parts.values())
+
+    async def list_tools(self) -> list[ToolInfo]:
+        out: list[ToolInfo] = []
+        for b in self.provider.bindings:
+            for t in await self.parts[b.name].list_tools():
+                out.append(ToolInfo(b.prefix + t.name, t.description, t.input_schema))
+        return out
+
+    async def call(self, name: str, arguments: dict[str, Any] | None, timeout: float | None = 30.0) -> ToolResult:
+        route = self.provider.routes.get(name)
+        if route is None:
+            return ToolResult(text=f"Error: no server offers a tool named {name!r}", is_error=True)
+        server, tool = route
+        return await self.parts[server].call(tool, arguments, timeout)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Nothing of its own: `MultiProvider.release` hands each part back to its server's provider."""
+
+
+class MultiProvider:
+    """`SessionProvider` for an env bound to several servers: one provider per server (each with its own scope,
+    sandboxes and warm pool); `acquire` returns a `MultiSession` holding one session of each. `start()` learns the
+    routes: every tool name (with its server's prefix) -> (server, the server's own name); two servers offering the
+    same name without prefixes is an error naming both."""
+
+    def __init__(self, bindings: list[ServerBinding]) -> None:
+        names = [b.name for b in bindings]
+        if not bindings or len(set(names)) != len(names):
+            raise ValueError(f"servers need distinct names, got {names}")
+        self.bindings = list(bindings)
+        self.providers = {b.name: SessionProvider(b.spec, b.scope) for b in bindings}
+        self.routes: dict[str, tuple[str, str]] = {}
+
+    @property
+    def restarts(self) -> int:
+        return sum(p.restarts for p in self.providers.values())
+
+    @property
+    def pool_hits(self) -> int:
+        return sum(p.pool_hits for p in self.providers.values())
+
+    def describe(self) -> str:
+        return ", ".join(f"{b.name}={b.spec.describe()}" for b in self.bindings)
+
+    def server_of(self, tool: str) -> str | None:
+        route = self.routes.get(tool)
+        return route[0] if route else None
+
+    async def start(self) -> None:
+        """Connect to each server once and learn the routes."""
+        session = await self.acquire()
+        try:
+            routes: dict[str, tuple[str, str]] = {}
+            for b in self.bindings:
+                for t in await session.parts[b.name].list_tools():
+                    name = b.prefix + t.name
+                    if name in routes:
+                        raise ValueError(f"tool {name!r} is offered by servers {routes[name][0]!r} and {b.name!r}: "
+                                         f"give one of them a prefix")
+                    routes[name] = (b.name, t.name)
+            self.routes = routes
+        finally:
+            await self.release(session)
+
+    async def acquire(self, task: dict[str, Any] | None = None) -> MultiSession:
+        parts: dict[str, MCPSession] = {}
+        try:
+            for b in self.bindings:
+                parts[b.name] = await self.providers[b.name].acquire(task)
+        except BaseException:
+            for n, s in parts.items():
+                await self.providers[n].release(s)
+            raise
+        return MultiSession(parts, self)
+
+    async def release(self, session: MultiSession) -> None:
+        for n, s in session.parts.items():
+            await self.providers[n].release(s)
+
+    async def prestart_now(self) -> None:
+        for p in self.providers.values():
+            await p.prestart_now()
+
+    async def aclose(self) -> None:
+        for p in self.providers.values():
+            await p.aclose()
+
+
 async def list_server_tools(spec: ServerSpec) -> list[ToolInfo]:
     """Connect once, list the tools, disconnect."""
     provider = SessionProvider(spec, "rollout")

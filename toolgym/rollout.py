@@ -41,6 +41,7 @@ async def _execute_call(
         rec.error = f"could not parse the arguments of {call.name or 'the call'}: {call.parse_error or 'invalid JSON'}"
         return rec, f"Error: {rec.error}. Arguments must be a JSON object."
     rec.name_ok = env.is_visible(call.name)
+    rec.server = env.server_of(call.name) if rec.name_ok else None  # a multi-server env: where the call goes
     if not rec.name_ok:
         names = ", ".join(t["function"]["name"] for t in env.model_tools())
         rec.error = f"unknown tool {call.name!r}"

@@ -108,18 +108,22 @@ def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0, by: I
         out["pass_hat_k"] = {str(k): sum(pass_hat_k(len(v), sum(v), k) for v in by_ex.values()) / len(by_ex)
                              for k in _ks(r)}
     out["tool_accuracy"] = tool_accuracy(ok)
+    if any(c.server for t in ok for c in t.calls):
+        out["tool_accuracy_by_server"] = tool_accuracy(ok, by_server=True)
     by = list(by)
     if by:
         out["by"] = breakdown(trajs, by)
     return out
 
 
-def tool_accuracy(trajs: Iterable[Trajectory]) -> dict[str, dict[str, float]]:
-    """Rates of each accuracy flag over all model calls, overall ('*') and per tool, with call counts."""
+def tool_accuracy(trajs: Iterable[Trajectory], by_server: bool = False) -> dict[str, dict[str, float]]:
+    """Rates of each accuracy flag over all model calls, overall ('*') and per tool (`by_server`: per server of a
+    multi-server env, calls to no server -- unknown tools -- under '<none>'), with call counts."""
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for t in trajs:
         for c in t.calls:
-            for key in ("*", c.name or "<none>"):
+            key_of = (c.server or "<none>") if by_server else (c.name or "<none>")
+            for key in ("*", key_of):
                 for flag in ACCURACY_FLAGS:
                     v = getattr(c, flag)
                     if v is not None:

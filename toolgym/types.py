@@ -97,7 +97,8 @@ class CallRecord:
 
     `parse_ok`: arguments parsed; `name_ok`: the tool exists (and is visible to the model); `args_ok`: arguments
     valid against the tool's `inputSchema`; `exec_ok`: the server ran it without error; `call_match`: equal to the
-    expected call at this position (None when the task carries no expected calls).
+    expected call at this position (None when the task carries no expected calls). `server`: the server the call
+    went to, in a multi-server env (None with one server).
     """
 
     turn: int
@@ -111,6 +112,7 @@ class CallRecord:
     error: str | None = None
     result: str = ""
     latency_s: float = 0.0
+    server: str | None = None
 
 
 @dataclass

@@ -1,0 +1,124 @@
+"""Several MCP servers in one env (`[[servers]]`, `ServerBinding`, `MultiProvider`): the union of their tools,
+calls routed by name (with optional prefixes), tool-call accuracy per server. Real third-party servers over stdio:
+`mcp-server-time` (PyPI, the `examples` extra) and the npm `server-everything` (`examples/npm`, installed by
+setup.sh); those tests skip without them. The clash test uses the suite's own stdio server."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolgym import ScriptedPolicy, ServerSpec, StatefulToolEnv, load_env, run_rollouts
+from toolgym.mcp_bridge import ServerBinding
+from toolgym.policies.scripted import call
+from toolgym.stats import summarize
+from toolgym.types import AssistantTurn
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = ROOT / "examples" / "multi_server" / "env.toml"
+EVERYTHING = ROOT / "examples" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
+FLAKY = ROOT / "tests" / "servers" / "flaky_server.py"
+need_servers = pytest.mark.skipif(
+    not EVERYTHING.exists() or shutil.which("node") is None or importlib.util.find_spec("mcp_server_time") is None,
+    reason="needs mcp-server-time (pip install -e '.[examples]') and the npm servers (npm ci --prefix examples/npm)")
+
+
+def _run(env: StatefulToolEnv, policy: Any, tasks: list[dict[str, Any]]) -> list[Any]:
+    async def go() -> list[Any]:
+        await env.start()
+        try:
+            return await run_rollouts(env, policy, [(i, 0, t) for i, t in enumerate(tasks)], 4)
+        finally:
+            await env.aclose()
+
+    return asyncio.run(go())
+
+
+@need_servers
+def test_reference_player_scores_full_marks_across_both_servers() -> None:
+    env = load_env(str(ENV), tasks="heldout.jsonl")
+    tasks = env.build_dataset(24)
+    assert {t["kind"] for t in tasks} == {"time", "sum", "both", "none"}
+    trajs = _run(env, env.scripted_players()["reference"](env), tasks)
+    assert all(t.error is None for t in trajs)
+    assert [t.rewards["correct"] for t in trajs] == [1.0] * 24 and [t.rewards["call_match"] for t in trajs] == [1.0] * 24
+    servers = {c.name: c.server for t in trajs for c in t.calls}
+    assert servers == {"convert_time": "time", "get-sum": "everything"}  # each call went to the server offering it
+    by_server = summarize(trajs)["tool_accuracy_by_server"]
+    assert by_server["time"]["calls"] == 12 and by_server["everything"]["calls"] == 12  # 6 time, 6 sum, 6 both
+
+
+@need_servers
+def test_unknown_or_hidden_tools_are_counted_and_abstention_is_scored() -> None:
+    env = load_env(str(ENV), tasks="heldout.jsonl")
+    tasks = env.build_dataset(4)  # one of each kind: time, sum, both, none
+    bad = ["get_current_time", "echo", "no_such_tool"]  # hidden on time, not visible on everything, nowhere
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        step = memory.setdefault("step", 0)
+        memory["step"] = step + 1
+        if step < len(bad):
+            return AssistantTurn(content="", tool_calls=[call(bad[step], message="hi", timezone="UTC")])
+        if step == len(bad):  # then a good call: the rollout went on after the bad ones
+            return AssistantTurn(content="", tool_calls=[call("get-sum", a=1, b=2)])
+        return AssistantTurn(content=f"<answer>{memory['task']['answer']}</answer>")
+
+    env.max_turns = 6
+    trajs = _run(env, ScriptedPolicy(act, "scripted:bad"), tasks)
+    for t in trajs:
+        assert t.error is None and [c.name_ok for c in t.calls] == [False, False, False, True]
+        assert t.calls[-1].exec_ok and t.calls[-1].server == "everything" and t.calls[0].server is None
+        assert t.rewards["correct"] == 1.0 and t.rewards["call_match"] == 0.0
+    none = next(t for t in trajs if t.task["kind"] == "none")
+    assert none.metrics["abstain_ok"] == 0.0  # a call on a no-tool task is a failure
+    acc = summarize(trajs)["tool_accuracy_by_server"]
+    assert acc["<none>"]["calls"] == 12 and acc["<none>"]["name_ok"] == 0.0 and acc["everything"]["name_ok"] == 1.0
+
+
+def _binding(name: str, prefix: str = "") -> ServerBinding:
+    return ServerBinding(name, ServerSpec.stdio([sys.executable, str(FLAKY)]), "shared", prefix)
+
+
+class _Two(StatefulToolEnv):
+    name = "two"
+    max_turns = 2
+
+    def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        return [{"prompt": "go"}]
+
+
+def test_clashing_tool_names_need_a_prefix_and_prefixes_route() -> None:
+    with pytest.raises(ValueError, match="tool 'echo' is offered by servers 'a' and 'b': give one of them a prefix"):
+        asyncio.run(_Two(servers=[_binding("a"), _binding("b")]).start())
+    env = _Two(servers=[_binding("a"), _binding("b", prefix="b_")])
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        if memory.setdefault("n", 0) == 0:
+            memory["n"] = 1
+            return AssistantTurn(content="", tool_calls=[call("echo", text="x"), call("b_echo", text="y"),
+                                                         call("b_pid"), call("pid")])
+        return AssistantTurn(content="done")
+
+    (t,) = _run(env, ScriptedPolicy(act, "scripted:two"), env.build_dataset())
+    assert t.error is None and [c.server for c in t.calls] == ["a", "b", "b", "a"]
+    assert [c.result for c in t.calls[:2]] == ["x", "y"]
+    assert t.calls[2].result != t.calls[3].result  # two different server processes
+    assert {"echo", "b_echo", "pid", "b_pid"} <= {s["function"]["name"] for s in env.model_tools()}
+
+
+def test_config_needs_one_server_section(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"prompt": "go"}\n')
+    cfg = tmp_path / "env.toml"
+    cfg.write_text('[tasks]\npath = "t.jsonl"\n[[rewards]]\ntype = "call_match"\n')
+    with pytest.raises(ValueError, match=r"either one \[server\] or several \[\[servers\]\]"):
+        load_env(str(cfg))
+    cfg.write_text(cfg.read_text() + f'[[servers]]\nname = "a"\ncommand = ["{sys.executable}", "{FLAKY}"]\n'
+                                      f'[[servers]]\nname = "a"\ncommand = ["{sys.executable}", "{FLAKY}"]\n')
+    with pytest.raises(ValueError, match="distinct names"):
+        asyncio.run(load_env(str(cfg)).start())
