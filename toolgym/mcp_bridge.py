@@ -286,6 +286,10 @@ class MCPSession:
         except TimeoutError:
             await session.close()
             raise ToolCallError(f"could not connect to MCP server {spec.describe()} within {timeout}s") from None
+        except BaseException:  # the caller was cancelled while connecting: stop the session (and its stdio child)
+            session._stop.set()
+            session._owner.cancel()
+            raise
         if session._open_error is not None:
             raise ToolCallError(
                 f"could not connect to MCP server {spec.describe()}: {_describe_exc(session._open_error)}"

@@ -184,26 +184,28 @@ async def run_rollout(
     except Exception as exc:  # noqa: BLE001 - a bug in a hook or policy fails this rollout, not the run
         traj.error = f"{type(exc).__name__}: {exc}"
     finally:
-        if psession is not None:
-            trace = psession.token_trace()
-            if trace is not None:
-                traj.tokens = trace
-            try:
-                await psession.aclose()
-            except Exception as exc:  # noqa: BLE001
-                traj.error = traj.error or f"policy session close failed: {exc}"
-        if session is not None and not session.broken:
-            try:
-                await env.cleanup(state)
-            except Exception as exc:  # noqa: BLE001
-                traj.error = traj.error or f"cleanup failed: {type(exc).__name__}: {exc}"
-        if token is not None:
-            unbind_rollout(token)
-        if session is not None and provider is not None:
-            await provider.release(session)
-        traj.info.update({k: v for k, v in state.items() if k not in ("task",) and _jsonable(v)})
-        timings["total_s"] = time.perf_counter() - t_start
-        traj.timings = timings
+        try:
+            if psession is not None:
+                trace = psession.token_trace()
+                if trace is not None:
+                    traj.tokens = trace
+                try:
+                    await psession.aclose()
+                except Exception as exc:  # noqa: BLE001
+                    traj.error = traj.error or f"policy session close failed: {exc}"
+            if session is not None and not session.broken:
+                try:
+                    await env.cleanup(state)
+                except Exception as exc:  # noqa: BLE001
+                    traj.error = traj.error or f"cleanup failed: {type(exc).__name__}: {exc}"
+        finally:  # even when a cancellation interrupts the cleanup above: the session goes back (and its sandbox)
+            if token is not None:
+                unbind_rollout(token)
+            if session is not None and provider is not None:
+                await provider.release(session)
+            traj.info.update({k: v for k, v in state.items() if k not in ("task",) and _jsonable(v)})
+            timings["total_s"] = time.perf_counter() - t_start
+            traj.timings = timings
     return traj
 
 
