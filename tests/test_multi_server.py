@@ -122,3 +122,17 @@ def test_config_needs_one_server_section(tmp_path: Path) -> None:
                                       f'[[servers]]\nname = "a"\ncommand = ["{sys.executable}", "{FLAKY}"]\n')
     with pytest.raises(ValueError, match="distinct names"):
         asyncio.run(load_env(str(cfg)).start())
+
+
+@need_servers
+def test_reference_teacher_can_answer_concisely_for_sft_data() -> None:
+    from toolgym import load_policy
+
+    env = load_env(str(ENV))
+    tasks = env.build_dataset(4)
+    trajs = _run(env, load_policy("scripted:reference", env, answer_from="task"), tasks)
+    for t in trajs:
+        assert t.messages[-1]["content"] == f"<answer>{t.task['answer']}</answer>" and t.rewards["correct"] == 1.0
+    assert any(t.calls and t.calls[-1].result != t.task["answer"] for t in trajs)  # not the raw tool output
+    with pytest.raises(ValueError, match="answer_from must be"):
+        load_policy("scripted:reference", env, answer_from="oracle")

@@ -207,7 +207,7 @@ def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSp
     if s.command:
         cmd = list(s.command)
         if os.sep in cmd[0] and not Path(cmd[0]).is_absolute() and (base / cmd[0]).exists():
-            cmd[0] = str((base / cmd[0]).resolve())  # a server installed beside the config (node_modules/.bin/...)
+            cmd[0] = os.path.normpath(base / cmd[0])  # a server installed beside the config (node_modules/.bin/...)
         spec = ServerSpec.stdio(cmd, env=s.env, cwd=s.cwd or str(base), **sandbox)
     else:
         spec = ServerSpec.http(s.url or "", launch=s.launch, env=s.env, cwd=s.cwd, **sandbox)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -72,7 +73,7 @@ def _copy_config_env(env: Any, src: Path, dest: Path) -> dict[str, Any]:
     """Copy a config-only env into `dest` (config as JSON + its tasks file + python reward modules)."""
     dest.mkdir(parents=True, exist_ok=True)
     cfg = env.config.model_dump(mode="json", exclude_none=True)
-    tasks_src = (env.base_dir / env.config.tasks.path).resolve()
+    tasks_src = (env.base_dir / env.tasks_path).resolve()  # the `tasks=` option's file when given
     shutil.copy2(tasks_src, dest / "tasks.jsonl")
     cfg["tasks"]["path"] = "tasks.jsonl"
     for rc in env.config.rewards:
@@ -83,8 +84,15 @@ def _copy_config_env(env: Any, src: Path, dest: Path) -> dict[str, Any]:
                 target = dest / path.relative_to(env.base_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
-    if cfg["server"].get("command"):
-        cmd = cfg["server"]["command"]
+    for server in ([cfg["server"]] if cfg.get("server") else []) + list(cfg.get("servers") or []):
+        cmd = server.get("command") or []
+        if cmd and os.sep in cmd[0] and not Path(cmd[0]).is_absolute() and (env.base_dir / cmd[0]).exists():
+            cmd[0] = os.path.normpath(env.base_dir / cmd[0])  # a server installed beside the original config (link kept)
+        for i, fx in enumerate(server.get("fixtures") or []):  # fixtures stay where they are
+            src = fx if isinstance(fx, str) else fx["src"]
+            if not Path(src).is_absolute():
+                src = str((env.base_dir / src).resolve())
+                server["fixtures"][i] = src if isinstance(fx, str) else {**fx, "src": src}
         local = [c for c in cmd[1:] if (env.base_dir / c).is_file()]
         for c in local:  # a server script beside the config (`python server.py`) travels with it
             target = dest / c
