@@ -15,7 +15,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- toolgym-cli-reference -->"
 ENV_MARKER = "<!-- toolgym-env-options -->"
-FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "curves.png"}
+FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "curves.png",
+           "assets/multi-server-heldout.png": ROOT / "examples" / "multi_server" / "heldout.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 

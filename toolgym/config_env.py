@@ -9,6 +9,7 @@
     system_prompt = "Use the tools. Give the final answer as <answer>...</answer>."
     max_turns = 6
     hidden_tools = []                         # server tools the model must not see
+    report_by = ["kind"]                      # task fields eval breaks results down by (tables + breakdown.png)
     [tasks]
     path = "tasks.jsonl"                      # rows: {"prompt": ..., "answer": ..., "expected_calls": [...]}
     [[rewards]]
@@ -103,6 +104,7 @@ class EnvSection(pydantic.BaseModel):
     visible_tools: list[str] | None = None
     on_no_call: Literal["stop", "nudge"] = "stop"
     tool_timeout: float = pydantic.Field(30.0, gt=0)
+    report_by: list[str] = []  # task fields `toolgym eval` breaks results down by (e.g. ["kind"])
 
 
 class TasksConfig(pydantic.BaseModel):
@@ -318,6 +320,7 @@ class ConfigEnv(StatefulToolEnv):
         self.system_prompt = e.system_prompt  # type: ignore[misc]
         self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
         self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
+        self.report_by = tuple(e.report_by)  # type: ignore[misc]
         options.setdefault("max_turns", e.max_turns)
         options.setdefault("on_no_call", e.on_no_call)
         options.setdefault("tool_timeout", e.tool_timeout)

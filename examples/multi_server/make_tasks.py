@@ -9,7 +9,8 @@ that training never sees). Two third-party servers: `mcp-server-time` (PyPI; `co
 
 Held out: zone pairs (ordered) and operand pairs whose hash falls in the held-out share (25 %) never occur in
 training tasks, so held-out accuracy measures unseen argument combinations. Deterministic:
-`python make_tasks.py [N_TRAIN] [N_HELDOUT]` (defaults 800 and 240)."""
+`python make_tasks.py [N_TRAIN] [N_HELDOUT] [OUT_DIR]` (defaults 800, 240 and this folder; the held-out split
+does not depend on N_TRAIN)."""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def make(n: int, split: str, seed: int) -> list[dict]:
 if __name__ == "__main__":
     n_train = int(sys.argv[1]) if len(sys.argv) > 1 else 800
     n_held = int(sys.argv[2]) if len(sys.argv) > 2 else 240
-    here = Path(__file__).parent
+    here = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent
+    here.mkdir(parents=True, exist_ok=True)
     for name, n, split, seed in (("tasks.jsonl", n_train, "train", 0), ("heldout.jsonl", n_held, "heldout", 1)):
         (here / name).write_text("".join(json.dumps(r) + "\n" for r in make(n, split, seed)))
         print(f"wrote {n} {split} tasks to {here / name}")
