@@ -23,6 +23,7 @@ import ast
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,10 @@ def _call_id() -> str:
     return "call_" + uuid.uuid4().hex[:12]
 
 
-def split_think(text: str) -> tuple[str | None, str, str | None]:
-    """Split `<think>...</think>` off the start of `text`: (reasoning, rest, error)."""
+def split_think(text: str, in_call: Callable[[str], bool] | None = None) -> tuple[str | None, str, str | None]:
+    """Split `<think>...</think>` off the start of `text`: (reasoning, rest, error). A bare `</think>` (the
+    generation prompt opened the block) ends reasoning only where `in_call(text_before_it)` is false, so a call
+    whose argument holds the text `</think>` stays a call."""
     stripped = text.lstrip()
     if stripped.startswith(THINK_OPEN):
         body = stripped[len(THINK_OPEN) :]
@@ -46,7 +49,7 @@ def split_think(text: str) -> tuple[str | None, str, str | None]:
         return body[:end].strip(), body[end + len(THINK_CLOSE) :], None
     # generation prompt opened the block already (e.g. Qwen3): text is "reasoning</think>rest"
     end = text.find(THINK_CLOSE)
-    if end >= 0 and THINK_OPEN not in text[:end]:
+    if end >= 0 and THINK_OPEN not in text[:end] and not (in_call and in_call(text[:end])):
         return text[:end].strip(), text[end + len(THINK_CLOSE) :], None
     return None, text, None
 
@@ -105,7 +108,7 @@ class ToolFormat:
 
     def parse(self, text: str) -> AssistantTurn:
         try:
-            reasoning, rest, err = split_think(text)
+            reasoning, rest, err = split_think(text, self._in_call)
             turn = self._parse_body(text, reasoning, rest)
             if err:
                 turn.parse_ok = False
@@ -116,6 +119,10 @@ class ToolFormat:
 
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         return _finish(raw, reasoning, [body], [], [])
+
+    def _in_call(self, before: str) -> bool:
+        """Whether `before` (the text up to a bare `</think>`) has opened a tool call already."""
+        return False
 
     def render_calls(self, calls: list[ToolCall] | list[dict[str, Any]]) -> str:
         raise NotImplementedError
@@ -166,6 +173,9 @@ class HermesFormat(ToolFormat):
     def __init__(self) -> None:
         super().__init__(name="hermes")
 
+    def _in_call(self, before: str) -> bool:
+        return self.OPEN in before
+
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         calls: list[ToolCall] = []
         prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE)
@@ -176,7 +186,7 @@ class HermesFormat(ToolFormat):
                 continue
             try:
                 obj = json.loads(inner)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # JSONDecodeError; also a >4300-digit int, deep nesting
                 calls.append(_bad_call(inner, f"invalid JSON in tool call: {e}"))
                 continue
             calls.append(_call_from_obj(obj, inner, ("arguments", "parameters")))
@@ -208,6 +218,32 @@ def py_literal(value: Any) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as a Python literal")
 
 
+def _segmenter(source: str) -> Callable[[ast.AST], str | None]:
+    """`ast.get_source_segment(source, node)` for many nodes of one source in linear time (the stdlib function
+    splits the whole source again on every call: quadratic for a turn with thousands of calls)."""
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)  # the tokenizer's line ends, kept
+    encoded: dict[int, bytes] = {}
+
+    def line(i: int) -> bytes:  # column offsets are UTF-8 byte offsets
+        if i not in encoded:
+            encoded[i] = lines[i].encode()
+        return encoded[i]
+
+    def segment(node: ast.AST) -> str | None:
+        try:
+            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            if l1 is None or c1 is None:
+                return None
+            if l0 == l1:
+                return line(l0)[c0:c1].decode()
+            return line(l0)[c0:].decode() + "".join(lines[l0 + 1 : l1]) + line(l1)[:c1].decode()
+        except (AttributeError, IndexError, TypeError, UnicodeDecodeError):
+            return None
+
+    return segment
+
+
 def _dotted(node: ast.AST) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
@@ -225,19 +261,24 @@ class PythonicFormat(ToolFormat):
     def __init__(self) -> None:
         super().__init__(name="pythonic")
 
+    def _in_call(self, before: str) -> bool:
+        return self.OPEN in before or before.lstrip().startswith("[")
+
     def _parse_calls(self, inner: str) -> list[ToolCall]:
         if not inner.strip():
             return [_bad_call(inner, "empty tool call")]
+        source = inner.strip()
         try:
-            tree = ast.parse(inner.strip(), mode="eval")
-        except SyntaxError as e:
-            return [_bad_call(inner, f"invalid pythonic call: {e.msg}")]
+            tree = ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:  # deep nesting: RecursionError
+            return [_bad_call(inner, f"invalid pythonic call: {getattr(e, 'msg', None) or str(e) or type(e).__name__}")]
         nodes = tree.body.elts if isinstance(tree.body, (ast.List, ast.Tuple)) else [tree.body]
         if not nodes:
             return [_bad_call(inner, "empty tool call list")]
         calls = []
+        segment = _segmenter(source)
         for node in nodes:
-            seg = ast.get_source_segment(inner.strip(), node) or inner
+            seg = segment(node) or inner
             if not isinstance(node, ast.Call) or _dotted(node.func) is None:
                 calls.append(_bad_call(seg, "expected a function call like fn(a=1)"))
                 continue
@@ -284,6 +325,9 @@ class Llama3Format(ToolFormat):
     def __init__(self) -> None:
         super().__init__(name="llama3")
 
+    def _in_call(self, before: str) -> bool:
+        return self.TAG in before or before.lstrip().startswith("{") or bool(re.search(r'\{\s*"name"\s*:', before))
+
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         text = body.strip()
         tagged = text.startswith(self.TAG)
@@ -311,7 +355,7 @@ class Llama3Format(ToolFormat):
                 break
             try:
                 obj, end = dec.raw_decode(text, pos)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # JSONDecodeError; also a >4300-digit int, deep nesting
                 calls.append(_bad_call(text[pos:], f"invalid JSON in tool call: {e}"))
                 break
             seg = text[pos:end]

@@ -209,7 +209,7 @@ def parse_completion(data: dict[str, Any]) -> AssistantTurn:
                     args = parsed
                 else:
                     err = f"arguments are a JSON {type(parsed).__name__}, not an object"
-            except (json.JSONDecodeError, TypeError) as exc:
+            except (ValueError, TypeError, RecursionError) as exc:  # also a >4300-digit int, deep nesting
                 err = f"invalid JSON arguments: {exc}"
         if err:
             errors.append(f"{name}: {err}")

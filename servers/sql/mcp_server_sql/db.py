@@ -7,19 +7,29 @@ A `Backend` owns a *template* (the fixture or the user's database) and clones it
   authorizer that allows only reads in read calls, only table-level DDL/DML in write calls, denies PRAGMA, ATTACH,
   DETACH, virtual tables, triggers, transactions and dangerous functions (load_extension, readfile, writefile, ...),
   a progress handler that interrupts statements past the time limit, and a page-count cap on the database size.
+  Inside a call: SQLite's own limits (`sqlite3.Connection.setlimit`: value size, SQL size, expression depth,
+  compound terms, LIKE pattern size, program size, no attached databases, few parameters), stand-ins for the
+  built-ins whose one call can run long (`mcp_server_sql.guards`), and a process-wide cap on SQLite's heap
+  (`PRAGMA hard_heap_limit`), so a huge value is refused at once instead of being built.
 * PostgreSQL: the template is a database (`toolgym_tpl_<fixture>_s<seed>`, built once and reused, or a database
   the user names). A session gets `CREATE DATABASE <s> TEMPLATE <tpl>` plus its own LOGIN role with CONNECT on that
   database only (no superuser, no createdb/createrole, no pg_read_server_files); a background thread keeps
   `pool_size` clones ready so that opening a session is a connect rather than a CREATE DATABASE. SQL cannot reference another
   database in PostgreSQL, so the role and the database together confine the session. Reads run in READ ONLY
   transactions through a server-side cursor (streams, so a billion-row result stops at the row cap); every call
-  sets a `statement_timeout`.
+  sets `statement_timeout`, `work_mem` and `standard_conforming_strings` for its transaction; the role carries a
+  `temp_file_limit` (when the admin may set it); model statements go through the extended protocol (one statement
+  per message, whatever the text says).
+
+Both: results are fetched row by row with a budget (`max_fetch_mb`); a value over `max_value_bytes` is refused
+(PostgreSQL: when it arrives), and `run_query` keeps only the part of each cell it shows.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import os
 import queue
 import re
@@ -33,11 +43,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool, StaticPool
 
+from mcp_server_sql.guards import Guards
 from mcp_server_sql.sqlcheck import SQLRefused, check_sql
+
+log = logging.getLogger("mcp_server_sql")
 
 
 @dataclass
 class Limits:
+    """What one call may do. The in-call limits and their reasons are tabled in docs/security.md."""
+
     timeout_s: float = 5.0
     max_rows: int = 50  # rows shown per result (the model may ask for fewer, or up to hard_max_rows)
     hard_max_rows: int = 500
@@ -45,6 +60,18 @@ class Limits:
     max_result_chars: int = 20_000
     read_only: bool = False
     max_db_mb: int = 64  # SQLite only: page-count cap of a session database
+    # --- inside one call ---
+    max_value_bytes: int = 1_000_000  # one string/blob (SQLite: SQLITE_LIMIT_LENGTH, also a row's record; PG: on fetch)
+    max_sql_bytes: int = 100_000  # the statement text, UTF-8 (both; SQLite: SQLITE_LIMIT_SQL_LENGTH)
+    max_expr_depth: int = 100  # SQLite: SQLITE_LIMIT_EXPR_DEPTH (default 1000)
+    max_compound_select: int = 50  # SQLite: terms of a UNION/INTERSECT/EXCEPT chain (default 500)
+    max_like_pattern_bytes: int = 1_000  # SQLite: SQLITE_LIMIT_LIKE_PATTERN_LENGTH (default 50,000)
+    max_vdbe_ops: int = 25_000  # SQLite: instructions of one compiled statement, SQLITE_LIMIT_VDBE_OP (default 250M)
+    max_call_work: int = 100_000_000  # SQLite: size product allowed to one LIKE/GLOB/instr/trim/... call (guards.py)
+    max_fetch_mb: int = 64  # both: text/blob bytes (8 per other value) one call may fetch into the server
+    sqlite_heap_mb: int = 1024  # SQLite: process-wide PRAGMA hard_heap_limit, all sessions together (0: off)
+    pg_work_mem_mb: int = 4  # PostgreSQL: work_mem of every transaction (memory per sort/hash node)
+    pg_temp_file_mb: int = 256  # PostgreSQL: temp_file_limit of the session role (needs a superuser admin)
 
 
 class SQLTimeout(Exception):
@@ -92,21 +119,23 @@ class SessionDB:
         self.closed = False
 
     # --- the public operations (each holds the lock) ---------------------------------------------------
-    def query(self, sql: str, max_rows: int | None = None) -> Result:
-        stmt = check_sql(sql, "read")
+    def query(self, sql: str, max_rows: int | None = None, cell_chars: int | None = None) -> Result:
+        """A read query. With `cell_chars`, longer text/blob values are cut to that many characters (bytes) as they
+        are fetched: the caller shows no more, and the server keeps no more."""
+        stmt = self._check(sql, "read")
         n = self._row_cap(max_rows)
         with self.lock:
-            return self._query(stmt, n)
+            return self._query(stmt, n, cell_chars=cell_chars)
 
     def execute(self, sql: str) -> Result:
         if self.limits.read_only:
             raise SQLRefused("the server is in read-only mode: writes are not allowed")
-        stmt = check_sql(sql, "write")
+        stmt = self._check(sql, "write")
         with self.lock:
             return self._execute(stmt)
 
     def explain(self, sql: str) -> Result:
-        stmt = check_sql(sql, "read")
+        stmt = self._check(sql, "read")
         with self.lock:
             return self._explain(stmt)
 
@@ -115,7 +144,7 @@ class SessionDB:
             names = self._table_names()
             out = []
             for kind, name in names:
-                r = self._query(f"SELECT COUNT(*) FROM {_quote_ident(name)}", 1, internal=True)
+                r = self._query(f"SELECT COUNT(*) FROM {self._qname(name)}", 1, internal=True)
                 out.append((name, kind, int(r.rows[0][0])))
             return out
 
@@ -129,8 +158,8 @@ class SessionDB:
                     raise SQLRefused(f"no table or view named {table!r}; tables: {', '.join(sorted(names))}")
                 table = match[0]
             info = self._inspect(table)
-            info["sample"] = self._query(f"SELECT * FROM {_quote_ident(table)}", max(0, min(sample_rows, 20)),
-                                         internal=True)
+            info["sample"] = self._query(f"SELECT * FROM {self._qname(table)}", max(0, min(sample_rows, 20)),
+                                         internal=True, cell_chars=self.limits.max_cell_chars + 1)
             return info
 
     def dump(self, tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -144,17 +173,60 @@ class SessionDB:
                 names = [n for n in names if n in tables]
             out = {}
             for name in names:
-                r = self._query(f"SELECT * FROM {_quote_ident(name)}", 10**9, internal=True)
+                r = self._query(f"SELECT * FROM {self._qname(name)}", 10**9, internal=True)
                 out[name] = {"columns": r.columns, "rows": [[py_value(v) for v in row] for row in r.rows]}
             return out
 
     def query_all(self, sql: str, max_rows: int = 100_000) -> Result:
         """A read query for graders: same checks and time limit, a large row cap."""
-        stmt = check_sql(sql, "read")
+        stmt = self._check(sql, "read")
         with self.lock:
             return self._query(stmt, max_rows)
 
     # --- helpers ----------------------------------------------------------------------------------------
+    def _check(self, sql: str, kind: str) -> str:
+        if isinstance(sql, str) and len(sql) * 4 > self.limits.max_sql_bytes:  # cheap test first, then exact
+            size = len(sql.encode("utf-8", "surrogatepass"))
+            if size > self.limits.max_sql_bytes:
+                raise SQLRefused(f"the statement is {size:,} bytes long; the limit is {self.limits.max_sql_bytes:,}")
+        return check_sql(sql, kind)
+
+    def _fetch(self, cur, max_rows: int, cell_chars: int | None = None, chunk: int = 1) -> list[tuple]:
+        """Up to `max_rows + 1` rows, `chunk` at a time, each value checked against `max_value_bytes` and counted
+        against `max_fetch_mb` (text and blob lengths after the cut to `cell_chars`, 8 bytes for anything else)."""
+        rows: list[tuple] = []
+        total, budget = 0, self.limits.max_fetch_mb * 1024 * 1024
+        vmax = self.limits.max_value_bytes
+        while len(rows) <= max_rows:
+            batch = cur.fetchmany(min(chunk, max_rows + 1 - len(rows)))
+            if not batch:
+                break
+            for row in batch:
+                out = []
+                for v in row:
+                    if isinstance(v, (str, bytes, bytearray, memoryview)):
+                        size = len(v)
+                        if size > vmax or (isinstance(v, str) and size * 4 > vmax and len(v.encode()) > vmax):
+                            raise SQLRefused(f"a value in the result is larger than the limit of {vmax:,} bytes; "
+                                             "select a part of it (substr, left) or its length")
+                        if cell_chars is not None and size > cell_chars:
+                            v = v[:cell_chars] if isinstance(v, str) else bytes(v[: cell_chars // 2 + 1])
+                            size = len(v)
+                        total += size
+                    elif isinstance(v, (list, dict, tuple)):  # PostgreSQL arrays and json
+                        text = str(v)
+                        if len(text) > vmax:
+                            raise SQLRefused(f"a value in the result is larger than the limit of {vmax:,} bytes")
+                        total += len(text)
+                    else:
+                        total += 8
+                    out.append(v)
+                if total > budget:
+                    raise SQLRefused(f"the result holds more than {self.limits.max_fetch_mb} MB of values; select "
+                                     "fewer rows or columns, or shorter values")
+                rows.append(tuple(out))
+        return rows
+
     def _row_cap(self, max_rows: int | None) -> int:
         if max_rows is None:
             return self.limits.max_rows
@@ -179,8 +251,12 @@ class SessionDB:
             "foreign_keys": [(fk["constrained_columns"], fk["referred_table"], fk["referred_columns"]) for fk in fks],
         }
 
+    def _qname(self, name: str) -> str:
+        """A table name for the server's own queries, qualified where a session could shadow it."""
+        return _quote_ident(name)
+
     # backend hooks
-    def _query(self, stmt: str, max_rows: int, internal: bool = False) -> Result: ...
+    def _query(self, stmt: str, max_rows: int, internal: bool = False, cell_chars: int | None = None) -> Result: ...
     def _execute(self, stmt: str) -> Result: ...
     def _explain(self, stmt: str) -> Result: ...
     def _table_names(self) -> list[tuple[str, str]]: ...
@@ -208,6 +284,47 @@ _ACTION_NAMES = {getattr(A, n): n[len("SQLITE_"):].replace("_", " ") for n in (
     "SQLITE_DROP_VTABLE SQLITE_FUNCTION SQLITE_SAVEPOINT SQLITE_RECURSIVE").split()}
 _SCHEMA_TABLES = ("sqlite_master", "sqlite_schema", "sqlite_temp_master")
 
+# SQLite's limits per connection, from Limits fields; then the fixed ones: no attached database at all (ATTACH is
+# refused earlier too), and few parameters (the server binds none; `?250000` alone would allocate 14 MB).
+_SQLITE_LIMITS = [("max_value_bytes", "SQLITE_LIMIT_LENGTH"), ("max_sql_bytes", "SQLITE_LIMIT_SQL_LENGTH"),
+                  ("max_expr_depth", "SQLITE_LIMIT_EXPR_DEPTH"), ("max_compound_select", "SQLITE_LIMIT_COMPOUND_SELECT"),
+                  ("max_like_pattern_bytes", "SQLITE_LIMIT_LIKE_PATTERN_LENGTH"), ("max_vdbe_ops", "SQLITE_LIMIT_VDBE_OP")]
+SQLITE_FIXED_LIMITS = {"SQLITE_LIMIT_ATTACHED": 0, "SQLITE_LIMIT_VARIABLE_NUMBER": 100}
+# SQLite's messages for its limits -> the hint that follows "Refused:" (the message itself is kept)
+_LIMIT_HINTS = [
+    ("string or blob too big", "a value would exceed the size limit of {max_value_bytes:,} bytes (string or blob too big); "
+                               "build smaller values"),
+    ("expression tree is too large", "{msg}: the expression is nested too deeply (limit {max_expr_depth})"),
+    ("too many terms in compound select", "{msg} (limit {max_compound_select}); split the query"),
+    ("pattern too complex", "{msg}: the LIKE/GLOB pattern is longer than the limit of {max_like_pattern_bytes:,} bytes"),
+    ("variable number must be between", "{msg}: the server binds no parameters"),
+    ("too many sql variables", "{msg}: the server binds no parameters"),
+    ("too many attached databases", "ATTACH is not allowed: a session can only use its own database"),
+]
+
+
+def apply_sqlite_limits(conn: sqlite3.Connection, limits: Limits) -> None:
+    """Set the per-connection SQLite limits of `limits` (and the fixed ones) on `conn`."""
+    if not hasattr(conn, "setlimit"):  # Python < 3.11
+        log.warning("sqlite3.Connection.setlimit is missing (Python < 3.11): SQLite's in-call limits are not set")
+        return
+    for field, name in _SQLITE_LIMITS:
+        conn.setlimit(getattr(sqlite3, name), int(getattr(limits, field)))
+    for name, value in SQLITE_FIXED_LIMITS.items():
+        conn.setlimit(getattr(sqlite3, name), value)
+
+
+def set_sqlite_heap_limit(mb: int) -> int:
+    """Cap SQLite's heap for the whole process (`PRAGMA hard_heap_limit`); it only ever lowers an existing cap.
+    Returns the cap in force, in bytes (0: none)."""
+    c = sqlite3.connect(":memory:")
+    try:
+        if mb > 0:
+            c.execute(f"PRAGMA hard_heap_limit = {int(mb) * 1024 * 1024}")
+        return int(c.execute("PRAGMA hard_heap_limit").fetchone()[0])
+    finally:
+        c.close()
+
 
 class SqliteSession(SessionDB):
     dialect = "sqlite"
@@ -216,14 +333,29 @@ class SqliteSession(SessionDB):
         super().__init__(limits)
         self.mode = "internal"
         self.denied: str | None = None
+        self.guard_error: tuple[str, str] | None = None  # set by a stand-in (guards.py) that stopped a call
         self.deadline = float("inf")
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        with template_lock:
-            template.backup(conn)
-        page = conn.execute("PRAGMA page_size").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {max(64, limits.max_db_mb * 1024 * 1024 // page)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA trusted_schema = OFF")
+        helper = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None, cached_statements=256)
+        try:
+            with template_lock:
+                template.backup(conn)
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {max(64, limits.max_db_mb * 1024 * 1024 // page)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            # ON so that views, CHECKs and indexes may call the stand-ins of guards.py (application functions);
+            # the authorizer still sees every function and table a view expands to (see guards.py)
+            conn.execute("PRAGMA trusted_schema = ON")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # parse the schema before the limits
+        except MemoryError:
+            conn.close()
+            helper.close()
+            raise SQLRefused(f"the server's SQLite memory cap ({limits.sqlite_heap_mb} MB for all sessions) is "
+                             "reached: close sessions") from None
+        apply_sqlite_limits(conn, limits)
+        apply_sqlite_limits(helper, limits)
+        self.helper = helper
+        Guards(self, helper).install(conn)
         conn.set_authorizer(self._authorize)
         conn.set_progress_handler(self._progress, 2000)
         self.conn = conn
@@ -256,27 +388,43 @@ class SqliteSession(SessionDB):
         return 1 if time.monotonic() > self.deadline else 0
 
     def _run(self, mode: str, fn):
-        self.mode, self.denied = mode, None
+        self.mode, self.denied, self.guard_error = mode, None, None
         self.deadline = time.monotonic() + self.limits.timeout_s if mode != "internal" else time.monotonic() + 60
+        timeout = SQLTimeout(f"statement timed out after {self.limits.timeout_s:g} s and was cancelled")
         try:
             return fn()
+        except MemoryError:
+            raise SQLRefused(
+                f"the statement needs more memory than allowed (its compiled program is over {self.limits.max_vdbe_ops:,} "
+                f"instructions, or SQLite's memory cap of {self.limits.sqlite_heap_mb} MB for all sessions is reached); "
+                "simplify it or work on smaller values") from None
         except (sqlite3.Error, sqlite3.Warning) as e:
+            if self.guard_error:
+                kind, msg = self.guard_error
+                if kind == "timeout":
+                    raise timeout from None
+                raise (SQLRefused if kind == "refused" else SQLError)(msg) from None
             if self.denied:
                 raise SQLRefused(self.denied) from None
-            if "interrupted" in str(e):
-                raise SQLTimeout(f"statement timed out after {self.limits.timeout_s:g} s and was cancelled") from None
-            if "full" in str(e):
+            msg = str(e)
+            if "interrupted" in msg:
+                raise timeout from None
+            if "full" in msg:
                 raise SQLRefused(f"database size limit reached ({self.limits.max_db_mb} MB)") from None
-            raise SQLError(str(e)) from None
+            low = msg.lower()
+            for needle, hint in _LIMIT_HINTS:
+                if needle in low:
+                    raise SQLRefused(hint.format(msg=msg, **vars(self.limits))) from None
+            raise SQLError(msg) from None
         finally:
             self.mode, self.deadline = "internal", float("inf")
 
-    def _query(self, stmt, max_rows, internal=False):
+    def _query(self, stmt, max_rows, internal=False, cell_chars=None):
         def go():
             cur = self.conn.execute(stmt)
             try:
                 cols = [d[0] for d in cur.description or []]
-                rows = cur.fetchmany(max_rows + 1)
+                rows = self._fetch(cur, max_rows, cell_chars)
             finally:
                 cur.close()
             return Result(cols, rows[:max_rows], truncated=len(rows) > max_rows)
@@ -287,12 +435,14 @@ class SqliteSession(SessionDB):
             cur = self.conn.execute(stmt)
             try:
                 cols = [d[0] for d in cur.description or []]
-                rows = cur.fetchmany(self.limits.max_rows + 1) if cols else []
-                rest = cur.fetchall() if cols else []  # finish RETURNING statements
+                rows = self._fetch(cur, self.limits.max_rows, self.limits.max_cell_chars + 1) if cols else []
+                rest = False
+                while cols and cur.fetchone() is not None:  # finish RETURNING statements, keeping nothing
+                    rest = True
                 n = cur.rowcount
             finally:
                 cur.close()
-            return Result(cols, rows[: self.limits.max_rows], truncated=len(rows) > self.limits.max_rows or bool(rest),
+            return Result(cols, rows[: self.limits.max_rows], truncated=len(rows) > self.limits.max_rows or rest,
                           rowcount=n)
         return self._run("write", go)
 
@@ -314,6 +464,7 @@ class SqliteSession(SessionDB):
             self.closed = True
             self.engine.dispose()
             self.conn.close()
+            self.helper.close()
 
 
 class SqliteBackend:
@@ -323,6 +474,7 @@ class SqliteBackend:
 
     def __init__(self, url: str | None, fixture: str | None, seed: int, limits: Limits):
         self.limits = limits
+        self.heap_limit = set_sqlite_heap_limit(limits.sqlite_heap_mb)
         self.template = sqlite3.connect(":memory:", check_same_thread=False)
         self.lock = threading.Lock()
         if url:
@@ -330,8 +482,13 @@ class SqliteBackend:
             if not path or path == ":memory:":
                 raise ValueError(f"SQLite URL {url!r} names no file")
             src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            src.backup(self.template)
-            src.close()
+            try:
+                src.backup(self.template)
+            except MemoryError:
+                raise ValueError(f"{path} does not fit in SQLite's memory cap ({limits.sqlite_heap_mb} MB; every "
+                                 "session holds a copy too): raise --sqlite-heap-mb") from None
+            finally:
+                src.close()
         else:
             from mcp_server_sql.fixtures import load_fixture
 
@@ -362,10 +519,27 @@ class PostgresSession(SessionDB):
         self.conn.autocommit = False
 
     def _begin(self, read_only: bool):
-        cur = self.conn.cursor()  # one round trip: both settings in one simple-protocol message
+        cur = self.conn.cursor()  # one round trip: all settings in one simple-protocol message
         ro = "SET TRANSACTION READ ONLY; " if read_only else ""
-        cur.execute(f"{ro}SET LOCAL statement_timeout = {int(self.limits.timeout_s * 1000)}")
+        # SET LOCAL every time: a read may have changed the session's values with set_config(). The lexer of
+        # sqlcheck.py reads '...' without backslash escapes, so the server must too.
+        wm = f"SET LOCAL work_mem = '{int(self.limits.pg_work_mem_mb * 1024)}kB'; " if self.limits.pg_work_mem_mb > 0 else ""
+        cur.execute(f"{ro}SET LOCAL statement_timeout = {int(self.limits.timeout_s * 1000)}; {wm}"
+                    "SET LOCAL standard_conforming_strings = on")
         cur.close()
+
+    def _qname(self, name: str) -> str:
+        return "public." + _quote_ident(name)  # never a pg_temp table of the same name
+
+    def _rollback(self) -> None:
+        """Roll back, retrying once: psycopg can report a statement's error again on the first ROLLBACK (seen with
+        temp_file_limit hit inside FETCH), leaving the transaction aborted."""
+        import psycopg
+
+        try:
+            self.conn.rollback()
+        except psycopg.Error:
+            self.conn.rollback()
 
     def _wrap(self, fn):
         import psycopg
@@ -375,49 +549,60 @@ class PostgresSession(SessionDB):
             self.conn.commit()
             return out
         except psycopg.errors.QueryCanceled:
-            self.conn.rollback()
+            self._rollback()
             raise SQLTimeout(f"statement timed out after {self.limits.timeout_s:g} s and was cancelled") from None
         except psycopg.errors.InsufficientPrivilege as e:
-            self.conn.rollback()
+            self._rollback()
             raise SQLRefused(f"permission denied: {str(e).splitlines()[0]}") from None
         except psycopg.errors.ReadOnlySqlTransaction:
-            self.conn.rollback()
+            self._rollback()
             raise SQLRefused("writes are not allowed in a read query (use execute)") from None
+        except psycopg.errors.ConfigurationLimitExceeded as e:  # temp_file_limit
+            self._rollback()
+            raise SQLRefused(f"{str(e).splitlines()[0]}: the statement's temporary files (sorts, hashes larger than "
+                             f"work_mem = {self.limits.pg_work_mem_mb} MB) are over the limit; use less data") from None
+        except (psycopg.errors.ProgramLimitExceeded, psycopg.errors.OutOfMemory) as e:
+            self._rollback()
+            raise SQLRefused(f"{str(e).splitlines()[0]} (a value or the statement is too large)") from None
+        except SQLRefused:
+            self._rollback()
+            raise
         except psycopg.Error as e:
-            self.conn.rollback()
+            self._rollback()
             raise SQLError(str(e).strip().splitlines()[0]) from None
 
-    def _query(self, stmt, max_rows, internal=False):
+    def _query(self, stmt, max_rows, internal=False, cell_chars=None):
         def go():
             self._begin(read_only=True)
-            cur = self.conn.cursor(name=f"c_{secrets.token_hex(4)}")
+            cur = self.conn.cursor(name=f"c_{secrets.token_hex(4)}")  # DECLARE: extended protocol, one statement
             try:
                 cur.execute(stmt)
-                rows = cur.fetchmany(max_rows + 1)
+                rows = self._fetch(cur, max_rows, cell_chars, chunk=16)
                 cols = [d.name for d in cur.description or []]
             finally:
                 cur.close()
-            return Result(cols, [tuple(r) for r in rows[:max_rows]], truncated=len(rows) > max_rows)
+            return Result(cols, rows[:max_rows], truncated=len(rows) > max_rows)
         return self._wrap(go)
 
     def _execute(self, stmt):
         def go():
             self._begin(read_only=False)
             cur = self.conn.cursor()
-            cur.execute(stmt)
+            # prepare=True: the extended protocol, which runs one statement (a text without parameters would go
+            # through the simple protocol, which runs all of them)
+            cur.execute(stmt, prepare=True)
             cols = [d.name for d in cur.description or []]
-            rows = cur.fetchmany(self.limits.max_rows + 1) if cols else []
+            rows = self._fetch(cur, self.limits.max_rows, self.limits.max_cell_chars + 1, chunk=16) if cols else []
             n = cur.rowcount
             cur.close()
-            return Result(cols, [tuple(r) for r in rows[: self.limits.max_rows]],
-                          truncated=len(rows) > self.limits.max_rows, rowcount=n)
+            return Result(cols, rows[: self.limits.max_rows], truncated=len(rows) > self.limits.max_rows, rowcount=n)
         return self._wrap(go)
 
     def _explain(self, stmt):
         def go():
             self._begin(read_only=True)
             cur = self.conn.cursor()
-            cur.execute("EXPLAIN " + stmt)
+            cur.execute("EXPLAIN " + stmt, prepare=True)
             rows = cur.fetchall()
             cur.close()
             return Result(["plan"], [tuple(r) for r in rows])
@@ -467,6 +652,7 @@ class PostgresBackend:
             u = u.set(drivername="postgresql+psycopg")
         self.admin_url = u
         self.admin = sa.create_engine(u, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        self.temp_file_limit_ok = True  # False once the admin turned out unable to set it
         self.sessions: set[str] = set()
         self._lock = threading.Lock()
         # WAL_LOG (PostgreSQL 15's default) copies a small template block by block through the WAL; FILE_COPY
@@ -546,8 +732,17 @@ class PostgresBackend:
                         raise
                     time.sleep(0.05 * (attempt + 1))
             c.exec_driver_sql(f"REVOKE ALL ON DATABASE {name} FROM PUBLIC")
-            c.exec_driver_sql(f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {name}")
+            # CONNECT only: with TEMPORARY a session could `CREATE TABLE pg_temp.orders ...`, which shadows the
+            # real table for every unqualified name on that connection (graders' queries included)
+            c.exec_driver_sql(f"GRANT CONNECT ON DATABASE {name} TO {name}")
             c.exec_driver_sql(f"ALTER ROLE {name} SET statement_timeout = {int(self.limits.timeout_s * 1000)}")
+            if self.limits.pg_temp_file_mb > 0 and self.temp_file_limit_ok:
+                try:  # a superuser-only setting (or GRANT SET ON PARAMETER temp_file_limit, PostgreSQL 15+)
+                    c.exec_driver_sql(f"ALTER ROLE {name} SET temp_file_limit = '{int(self.limits.pg_temp_file_mb)}MB'")
+                except sa.exc.DBAPIError as e:
+                    self.temp_file_limit_ok = False
+                    log.warning("temp_file_limit not set for session roles (%s): the admin role may not set it",
+                                str(e.orig).splitlines()[0] if e.orig else e)
         return name, password
 
     def _fill_pool(self) -> None:

@@ -10,12 +10,14 @@ Every session gets its own clone of the template database, made on first use and
 At most `max_sessions` live at once (least recently used dropped first).
 
 Tool errors are MCP error results whose text starts with `Refused:` (policy: statement kind, ATTACH, PRAGMA, file
-functions, read-only mode, caps), `Timeout:` or `SQL error:` (the database's own message).
+functions, read-only mode, caps, the in-call limits of `Limits`), `Timeout:` or `SQL error:` (the database's own
+message). docs/security.md lists what each limit bounds and its default.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import json
 import secrets
@@ -228,12 +230,19 @@ def build_server(
     pg_pool: int = 2,
     grading_tools: bool = True,
     name: str = "sql",
+    **limits_in_call: Any,
 ) -> MCPServer:
     """Build the server. `db`: a database URL (sqlite:///file.db, postgresql+psycopg://admin@host/db) or a
     SQLite file path; without it the bundled `fixture` is generated into an in-memory SQLite template.
-    With a PostgreSQL URL the fixture (or `template_db`) becomes the template database cloned per session."""
+    With a PostgreSQL URL the fixture (or `template_db`) becomes the template database cloned per session.
+    `limits_in_call`: any other field of `Limits` (`max_value_bytes=`, `max_sql_bytes=`, `sqlite_heap_mb=`,
+    `pg_work_mem_mb=`, ...; defaults and meaning in docs/security.md)."""
+    unknown = set(limits_in_call) - {f.name for f in dataclasses.fields(Limits)}
+    if unknown:
+        raise TypeError(f"build_server() got unknown limits {sorted(unknown)}")
     limits = Limits(timeout_s=timeout_s, max_rows=max_rows, hard_max_rows=hard_max_rows, read_only=read_only,
-                    max_result_chars=max_result_chars, max_cell_chars=max_cell_chars, max_db_mb=max_db_mb)
+                    max_result_chars=max_result_chars, max_cell_chars=max_cell_chars, max_db_mb=max_db_mb,
+                    **limits_in_call)
     backend = make_backend(db, fixture=None if db and not db.startswith("postgres") else fixture, seed=seed,
                            limits=limits, template_db=template_db, pg_pool=pg_pool)
     registry = SessionRegistry(backend, max_sessions=max_sessions)
@@ -270,7 +279,10 @@ def build_server(
         """Open a new private database session (a fresh copy of the database) and return its handle as JSON
         {"session": handle}. Pass the handle as `session` to the other tools; needed only on transports without
         MCP sessions."""
-        return json.dumps({"session": await anyio.to_thread.run_sync(registry.open)})
+        try:
+            return json.dumps({"session": await anyio.to_thread.run_sync(registry.open)})
+        except SQLRefused as e:  # e.g. SQLite's memory cap reached
+            raise ToolFailure(f"Refused: {e}") from None
 
     @_tool(srv)
     async def close_session(session: Handle) -> str:
@@ -308,7 +320,7 @@ def build_server(
     async def run_query(sql: ReadSQL, ctx: Context, max_rows: MaxRows = None, session: Session = None) -> str:
         """Run one read-only SQL query (SELECT / WITH / VALUES) and return the result as a text table; a note says
         when the row cap cut the result."""
-        res = await run(ctx, lambda d: d.query(sql, max_rows), session=session)
+        res = await run(ctx, lambda d: d.query(sql, max_rows, cell_chars=limits.max_cell_chars + 1), session=session)
         return format_table(res, limits)
 
     @_tool(srv)

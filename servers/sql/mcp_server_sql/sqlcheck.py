@@ -1,9 +1,10 @@
 """Static checks on SQL text before it reaches the database: one statement only, and an allowed kind.
 
 This is the first of two gates (the second is the database itself: the SQLite authorizer, or a PostgreSQL role
-that owns nothing but its session database plus READ ONLY transactions). The lexer understands string literals,
-quoted identifiers, `--` and `/* */` comments and PostgreSQL dollar quoting, so a `;` inside a literal is not a
-statement separator.
+that owns nothing but its session database plus READ ONLY transactions). The lexer understands string literals
+(including PostgreSQL `E'...'` escapes), quoted identifiers, `--` and nested `/* */` comments and PostgreSQL dollar
+quoting, so a `;` inside a literal is not a statement separator; where the dialects differ it follows the one that
+could run a second statement (see `split_statements`).
 """
 
 from __future__ import annotations
@@ -15,45 +16,82 @@ class SQLRefused(Exception):
     """A statement refused by policy (the message says why; it becomes the MCP tool error text)."""
 
 
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_COMMENT_MARK = re.compile(r"/\*|\*/")  # PostgreSQL block comments nest
+_DOLLAR = re.compile(r"\$([A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_\u0080-\U0010ffff]*)?\$")
+
+
+def _ident_start(c: str) -> bool:
+    return c == "_" or ("a" <= c <= "z") or ("A" <= c <= "Z") or c >= "\x80"
+
+
+def _ident_cont(c: str) -> bool:
+    return _ident_start(c) or ("0" <= c <= "9") or c == "$"
+
+
+def _quoted_end(sql: str, i: int, q: str, backslash: bool = False) -> int:
+    """Index just past the quote that closes the literal opened at `sql[i]` (a doubled quote escapes itself;
+    with `backslash`, as in PostgreSQL E'...' strings, so does a backslash)."""
+    j, n = i + 1, len(sql)
+    while j < n:
+        c = sql[j]
+        if backslash and c == "\\":
+            j += 2
+            continue
+        if c == q:
+            if j + 1 < n and sql[j + 1] == q:
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    raise SQLRefused("unterminated quoted string or identifier")
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split on top-level `;`. Returns the statements with comments replaced by a space, empty ones dropped."""
+    """Split on top-level `;`. Returns the statements with comments replaced by a space, empty ones dropped.
+
+    The lexer follows PostgreSQL's rules, the stricter of the two dialects wherever they differ (psycopg sends a
+    statement without parameters in the simple protocol, which runs every statement in the text; Python's sqlite3
+    refuses a text with more than one): `'...'` and `"..."` with doubled quotes, `E'...'` with backslash escapes,
+    `$tag$...$tag$` (only at the start of a token: `$` is an identifier character, so `a$$` is a name), `--`
+    comments ending at a line feed or carriage return, nested `/* */` comments. SQLite's `[name]` and `` `name` ``
+    quoting is not recognised (in PostgreSQL `[` is a subscript): a `;` inside one splits the text, which refuses it
+    rather than risking a second statement.
+    """
     out: list[str] = []
     buf: list[str] = []
     i, n = 0, len(sql)
     while i < n:
         c = sql[i]
-        if c in ("'", '"', "`"):
+        if c == "'" or c == '"':
+            j = _quoted_end(sql, i, c)
+            buf.append(sql[i:j])
+            i = j
+        elif _ident_start(c):
             j = i + 1
-            while j < n:
-                if sql[j] == c:
-                    if j + 1 < n and sql[j + 1] == c:  # doubled quote escapes itself
-                        j += 2
-                        continue
-                    break
+            while j < n and _ident_cont(sql[j]):
                 j += 1
-            if j >= n:
-                raise SQLRefused("unterminated quoted string or identifier")
-            buf.append(sql[i : j + 1])
-            i = j + 1
-        elif c == "[":  # SQLite bracket-quoted identifier
-            j = sql.find("]", i + 1)
-            j = n - 1 if j < 0 else j
-            buf.append(sql[i : j + 1])
-            i = j + 1
+            if j == i + 1 and c in "eE" and j < n and sql[j] == "'":  # E'...': backslash escapes
+                j = _quoted_end(sql, j, "'", backslash=True)
+            buf.append(sql[i:j])
+            i = j
         elif c == "-" and sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j
+            j = i + 2
+            while j < n and sql[j] not in "\r\n":
+                j += 1
             buf.append(" ")
+            i = j
         elif c == "/" and sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
+            depth, j = 1, -1
+            for m in _COMMENT_MARK.finditer(sql, i + 2):
+                depth += 1 if m.group(0) == "/*" else -1
+                if depth == 0:
+                    j = m.end()
+                    break
             if j < 0:
                 raise SQLRefused("unterminated /* comment")
             buf.append(" ")
-            i = j + 2
-        elif c == "$" and (m := _DOLLAR.match(sql, i)) and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            i = j
+        elif c == "$" and (m := _DOLLAR.match(sql, i)):
             tag = m.group(0)
             j = sql.find(tag, m.end())
             if j < 0:
