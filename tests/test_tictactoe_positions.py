@@ -100,6 +100,14 @@ def test_forks_teacher_names_true_forks_and_plays_best() -> None:
         explain_best_move("." * 9, think="poetry")
 
 
+def test_no_think_teacher_plays_the_scan_teachers_move_and_says_only_that() -> None:
+    """think="none": the same move as the scan teacher on every position, and the reason is the bare verdict."""
+    for b in P.reachable_positions():
+        cell, why = explain_best_move(b, "exploit", think="none")
+        assert (cell, why) == (explain_best_move(b, "exploit", think="scan")[0], f"I play {cell}."), b
+        assert cell in P.analyze(b).optimal, b
+
+
 def test_move_dataset_covers_splits_in_fixed_order() -> None:
     env = TicTacToeEnv(task="move", split="heldout", transport="inprocess")
     rows = env.build_dataset(None)

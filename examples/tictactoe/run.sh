@@ -13,6 +13,8 @@
 # The RL story at CPU scale (budget.toml, grpo_budget.toml):
 #   budget  SFT learning curve over teacher budgets BUDGETS="200 500 1000" training positions, held-out evals
 #   rl      GRPO from the 200-position start with each of LOSSES="cispo grpo dr_grpo" (same budget), evals
+#   nothink the same story without a think text (teacher think=none: "I play N."): SFT on 200 / 1,000 positions +
+#           200 games (nothink_sft.toml), GRPO from the 200 start (nothink_grpo.toml), held-out evals
 #   table   the results tables (results_table.py)
 set -euo pipefail
 R=runs/tictactoe
@@ -81,7 +83,26 @@ case "${1:-}" in
       timed rl-$loss toolgym train $X/grpo_budget.toml -s loss_type=$loss -s output_dir=$R/rl/$loss
       positions rl-$loss $R/rl/$loss/final heldout && games rl-$loss $R/rl/$loss/final
     done ;;
+  nothink)
+    N=$R/nothink
+    NT=(--teacher scripted:minimax --teacher-arg think=none --teacher-arg tie_break=exploit -a transport=inprocess)
+    mkdir -p $N
+    toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
+    toolgym synth tictactoe "${NT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 400 \
+      --drop-if heldout_visits --drop-if loss --require-valid -o $N/games.jsonl
+    head -200 $N/games.jsonl > $N/games-200.jsonl
+    toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $N/positions.jsonl --corpus-file $N/games.jsonl
+    for n in 200 1000; do
+      toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n $n -o $N/positions-$n.jsonl
+      timed nothink-sft-$n toolgym sft $X/nothink_sft.toml -d $N/positions-$n.jsonl -d $N/games-200.jsonl \
+        -o $N/sft-$n
+      toolgym eval tictactoe -m "hf:$N/sft-$n/final" -n 0 -c 64 -t 0 --max-tokens 40 -a transport=inprocess \
+        -a task=move -a split=heldout -o $R/eval/nothink-sft-$n-positions-heldout --resume
+    done
+    timed nothink-grpo toolgym train $X/nothink_grpo.toml
+    toolgym eval tictactoe -m "hf:$N/grpo/final" -n 0 -c 64 -t 0 --max-tokens 40 -a transport=inprocess \
+      -a task=move -a split=heldout -o $R/eval/nothink-grpo-positions-heldout --resume ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|nothink|table"; exit 2 ;;
 esac

@@ -460,7 +460,8 @@ def _threat(board: str, line: tuple[int, ...]) -> tuple[str, int] | None:
     return None
 
 
-THINK_FORMATS = ("scan", "forks", "track", "slots")
+THINK_FORMATS = ("scan", "forks", "track", "slots", "none")
+"""Teacher think texts; "none" is the bare verdict (`I play 4.`): the move is decided in the weights, not in text."""
 
 
 def _open_mark(board: str, line: tuple[int, ...]) -> str | None:
@@ -563,11 +564,18 @@ def explain_best_move(board: str, tie_break: str = "preference", rng: random.Ran
     `think="forks"`: quiet verdicts also name both sides' fork cells (`fork_cells`: "No threats. X forks: 2, 6.
     O forks: none. I play 2."), and among the best moves the teacher prefers, in this order, its first fork cell, then
     the opponent's fork cell when there is exactly one, then `tie_break` -- a rule a small model can carry to
-    positions it never saw."""
+    positions it never saw.
+
+    `think="none"`: the same move (as with `think="scan"`) and only `I play N.` as the reason."""
     from mcp_server_tictactoe import game as g
 
     if think not in THINK_FORMATS:
         raise ValueError(f"think must be one of {THINK_FORMATS}, not {think!r}")
+    if think == "none":
+        cell = forced_move(board)
+        if cell is None:
+            cell, _ = explain_best_move(board, tie_break, rng, "scan")
+        return cell, f"I play {cell}."
     scan = scan_lines(board, think)
     cell = forced_move(board)
     if cell is not None:
@@ -618,7 +626,7 @@ def _minimax_player(  # type: ignore[no-untyped-def]
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
         if rng.random() < mistake_prob:
             cell = rng.choice(free)
-            why = f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
+            why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
         else:
             cell, why = explain_best_move(board, tie_break, rng, think)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
