@@ -13,6 +13,8 @@
 # The RL story at CPU scale (budget.toml, grpo_budget.toml):
 #   budget  SFT learning curve over teacher budgets BUDGETS="200 500 1000" training positions, held-out evals
 #   rl      GRPO from the 200-position start with each of LOSSES="cispo grpo dr_grpo" (same budget), evals
+#   weak    a weak start (SFT on 1,000 positions + 200 games, 300 steps: weak_sft.toml), then GRPO at temperature
+#           0.5 with each of LOSSES="cispo grpo dr_grpo" (weak_grpo.toml), held-out evals and 200 games per opponent
 #   nothink the same story without a think text (teacher think=none: "I play N."): SFT on 200 / 1,000 positions +
 #           200 games (nothink_sft.toml), GRPO from the 200 start (nothink_grpo.toml), held-out evals
 #   table   the results tables (results_table.py)
@@ -83,6 +85,30 @@ case "${1:-}" in
       timed rl-$loss toolgym train $X/grpo_budget.toml -s loss_type=$loss -s output_dir=$R/rl/$loss
       positions rl-$loss $R/rl/$loss/final heldout && games rl-$loss $R/rl/$loss/final
     done ;;
+  weak)
+    W=$R/weak
+    mkdir -p $W
+    toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a task=move -a split=train -n 0 -o $W/positions.jsonl
+    toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a task=move -a split=train -n 1000 \
+      -o $W/positions-1000.jsonl
+    toolgym synth tictactoe "${TEACH[@]}" -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=1 \
+      -a num_groups=4 -n 400 --drop-if heldout_visits --drop-if loss --require-valid -o $W/games.jsonl
+    head -200 $W/games.jsonl > $W/games-200.jsonl
+    toolgym model init-tiny --out $W/tiny --size "$SIZE" --corpus-file $W/positions.jsonl --corpus-file $W/games.jsonl
+    timed weak-sft toolgym sft $X/weak_sft.toml
+    weak_evals() {  # weak_evals NAME MODEL_DIR: the 937 held-out positions + 200 games per opponent (seed 4242)
+      positions "$1" "$2" heldout
+      for opp in random optimal; do
+        if [ $opp = random ]; then p=1.0; else p=0.0; fi
+        toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 4242 -a transport=inprocess \
+          -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
+      done
+    }
+    weak_evals weak-sft $W/sft/final
+    for loss in ${LOSSES:-cispo grpo dr_grpo}; do
+      timed weak-$loss toolgym train $X/weak_grpo.toml -s loss_type=$loss -s output_dir=$W/$loss
+      weak_evals weak-$loss $W/$loss/final
+    done ;;
   nothink)
     N=$R/nothink
     NT=(--teacher scripted:minimax --teacher-arg think=none --teacher-arg tie_break=exploit -a transport=inprocess)
@@ -104,5 +130,5 @@ case "${1:-}" in
       -a task=move -a split=heldout -o $R/eval/nothink-grpo-positions-heldout --resume ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|nothink|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|nothink|table"; exit 2 ;;
 esac
