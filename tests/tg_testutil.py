@@ -67,3 +67,24 @@ def wait_healthy(proc: subprocess.Popen, url: str, deadline: float, what: str = 
             pass
         assert time.monotonic() < deadline, f"{what} did not start"
         time.sleep(2)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    """Wait until something accepts TCP connections on 127.0.0.1:`port` (a server just launched), at most `timeout` s."""
+    import socket
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)

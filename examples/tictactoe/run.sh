@@ -111,6 +111,7 @@ case "${1:-}" in
     done ;;
   nothink)
     N=$R/nothink
+    MAXTOK=40   # the no-think turn is 33 tokens
     NT=(--teacher scripted:minimax --teacher-arg think=none --teacher-arg tie_break=exploit -a transport=inprocess)
     mkdir -p $N
     toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
@@ -122,12 +123,10 @@ case "${1:-}" in
       toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n $n -o $N/positions-$n.jsonl
       timed nothink-sft-$n toolgym sft $X/nothink_sft.toml -d $N/positions-$n.jsonl -d $N/games-200.jsonl \
         -o $N/sft-$n
-      toolgym eval tictactoe -m "hf:$N/sft-$n/final" -n 0 -c 64 -t 0 --max-tokens 40 -a transport=inprocess \
-        -a task=move -a split=heldout -o $R/eval/nothink-sft-$n-positions-heldout --resume
+      positions nothink-sft-$n $N/sft-$n/final heldout
     done
     timed nothink-grpo toolgym train $X/nothink_grpo.toml
-    toolgym eval tictactoe -m "hf:$N/grpo/final" -n 0 -c 64 -t 0 --max-tokens 40 -a transport=inprocess \
-      -a task=move -a split=heldout -o $R/eval/nothink-grpo-positions-heldout --resume ;;
+    positions nothink-grpo $N/grpo/final heldout ;;
   table)
     python $X/results_table.py $R ;;
   *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|nothink|table"; exit 2 ;;

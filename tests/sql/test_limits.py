@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp_server_sql import build_server
 from mcp_server_sql.db import Limits, make_backend
 from mcp_server_sql.guards import printf_min_length
+from tg_testutil import free_port, wait_port
 
 pytestmark = pytest.mark.anyio
 SERVER_CMD = [sys.executable, "-m", "mcp_server_sql"]
@@ -344,12 +344,6 @@ def test_postgres_runs_one_statement_even_if_the_text_holds_two(pg_url):
 
 
 # ------------------------------------------------------------------------------------------- under load (slow)
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _mem_kb(pid: int) -> dict[str, int]:
     out = {}
     with open(f"/proc/{pid}/status") as f:
@@ -388,18 +382,13 @@ def test_hostile_sessions_refused_fast_while_another_session_is_served(mix):
     when set (docs/security.md quotes them). `huge_values`: the four 1 GB-value kinds; `with_memory_storm`: and
     the 360 MB row, in turn."""
     kinds = [k for k in HOSTILE_SQL if mix == "with_memory_storm" or k != "memory_storm"]
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*SERVER_CMD, "--transport", "streamable-http", "--port", str(port), "--sqlite-heap-mb",
                              str(HEAP_MB)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ordinary_sql = ("SELECT c.name, COUNT(*) AS n FROM customers c JOIN orders o ON o.customer_id = c.customer_id "
                     "GROUP BY c.name ORDER BY n DESC LIMIT 5")
     try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 30:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+        wait_port(port)
         url = f"http://127.0.0.1:{port}/mcp"
         report: dict = {"mix": mix, "sqlite_heap_mb": HEAP_MB}
 

@@ -305,20 +305,13 @@ async def test_stdio_processes_are_separate_sessions(db_url):
 def test_streamable_http_transport():
     import subprocess
 
-    import socket
+    from tg_testutil import free_port, wait_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([*SERVER_CMD, "--transport", "streamable-http", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 30:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+        wait_port(port)
 
         async def go():
             url = f"http://127.0.0.1:{port}/mcp"
