@@ -154,6 +154,29 @@ def test_hostile_outputs_give_a_specific_error(case):
     assert not turn.parse_ok and len(turn.tool_calls) == 1 and turn.tool_calls[0].name == "f", turn.parse_error
 
 
+CLOSE_TAGS = ["</tool_call>", "<|tool_call_end|>", "<tool_call>", "<|tool_call_start|>"]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "pythonic"])
+@FAST
+@given(before=st.text(max_size=6), tag=st.sampled_from(CLOSE_TAGS), after=st.text(max_size=6),
+       quote_escape=st.booleans())
+def test_a_call_tag_inside_an_argument_stays_in_the_argument(fmt, before, tag, after, quote_escape):
+    """Found by the heavy round trip in CI: `A(A="<|tool_call_end|>")` was cut at the tag inside the string
+    ("unterminated string literal"). The call's end is now looked for outside quoted strings, escapes included."""
+    value = before + ('\\"' if quote_escape else "") + tag + after
+    assume("think>" not in value)
+    _round_trip(FORMATS[fmt], (None, [("f", {"a": value, "b": 1})], None))
+
+
+def test_an_unbalanced_quote_still_ends_the_call_at_its_tag():
+    """With no closing quote the first close tag ends the call (the old split), so the error is the call's own."""
+    turn = FORMATS["hermes"].parse('<tool_call>{"name": "f", "arguments": {"a": "x}}</tool_call> after')
+    assert not turn.parse_ok and turn.content == "after" and "invalid JSON" in turn.parse_error
+    turn = FORMATS["pythonic"].parse("<|tool_call_start|>[f(a='x)]<|tool_call_end|> after")
+    assert not turn.parse_ok and turn.content == "after" and "invalid pythonic call" in turn.parse_error
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_a_long_output_parses_in_linear_time(fmt):
     """Several thousand calls in one turn (a degenerate sample at a long max_tokens): the pythonic parser took

@@ -148,9 +148,39 @@ def _name_args(call: ToolCall | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return fn["name"], args
 
 
-def split_blocks(body: str, open_tag: str, close_tag: str) -> tuple[list[str], list[str], str | None]:
+def _close_outside_quotes(body: str, start: int, close_tag: str, quotes: str) -> int:
+    """Index of the first `close_tag` at or after `start` that is not inside a quoted string (`quotes`: the quote
+    characters of the call syntax; a backslash escapes the next character inside a string), so an argument holding
+    the close tag (`{"a": "</tool_call>"}`) does not end the call early. Falls back to the first close tag at all when
+    the quotes never balance (a malformed call, which its parser then reports). Linear in the text scanned."""
+    token = _QUOTE_TOKENS.get((close_tag, quotes))
+    if token is None:
+        token = re.compile(r"\\.|[" + re.escape(quotes) + "]|" + re.escape(close_tag), re.S)
+        _QUOTE_TOKENS[(close_tag, quotes)] = token
+    quote, pos = None, start
+    while (m := token.search(body, pos)) is not None:
+        t = m.group()
+        if quote is not None:  # inside a string: only its own closing quote matters
+            if t == quote:
+                quote = None
+            pos = m.end()
+        elif t == close_tag:
+            return m.start()
+        elif t in quotes:
+            quote, pos = t, m.end()
+        else:  # a backslash outside a string escapes nothing: look again from the next character
+            pos = m.start() + 1
+    return body.find(close_tag, start)
+
+
+_QUOTE_TOKENS: dict[tuple[str, str], re.Pattern[str]] = {}
+
+
+def split_blocks(body: str, open_tag: str, close_tag: str,
+                 quotes: str = "") -> tuple[list[str], list[str], str | None]:
     """Split `body` into prose pieces and the texts between `open_tag`/`close_tag` pairs, in order; the text after
-    an open tag that is never closed (a truncated sample) comes back as the third item."""
+    an open tag that is never closed (a truncated sample) comes back as the third item. With `quotes`, a close tag
+    inside a quoted string of the call does not end it (see `_close_outside_quotes`)."""
     prose: list[str] = []
     blocks: list[str] = []
     pos = 0
@@ -160,10 +190,11 @@ def split_blocks(body: str, open_tag: str, close_tag: str) -> tuple[list[str], l
             prose.append(body[pos:])
             return prose, blocks, None
         prose.append(body[pos:start])
-        end = body.find(close_tag, start)
+        inner = start + len(open_tag)
+        end = _close_outside_quotes(body, inner, close_tag, quotes) if quotes else body.find(close_tag, inner)
         if end < 0:
-            return prose, blocks, body[start + len(open_tag) :]
-        blocks.append(body[start + len(open_tag) : end])
+            return prose, blocks, body[inner:]
+        blocks.append(body[inner:end])
         pos = end + len(close_tag)
 
 
@@ -178,7 +209,7 @@ class HermesFormat(ToolFormat):
 
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         calls: list[ToolCall] = []
-        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE)
+        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE, quotes='"')
         for inner in blocks:
             inner = inner.strip()
             if not inner:
@@ -302,7 +333,7 @@ class PythonicFormat(ToolFormat):
 
     def _parse_body(self, raw: str, reasoning: str | None, body: str) -> AssistantTurn:
         calls: list[ToolCall] = []
-        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE)
+        prose, blocks, unterminated = split_blocks(body, self.OPEN, self.CLOSE, quotes="\"'")
         for inner in blocks:
             calls.extend(self._parse_calls(inner))
         if unterminated is not None:

@@ -247,7 +247,7 @@ def build_server(
                            limits=limits, template_db=template_db, pg_pool=pg_pool)
     registry = SessionRegistry(backend, max_sessions=max_sessions)
     atexit.register(registry.close)
-    srv = MCPServer(name, instructions=INSTRUCTIONS)
+    srv = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")  # per-request INFO lines through rich: ~30 % of a call's CPU
     srv.registry = registry  # type: ignore[attr-defined]  # for tests and benchmarks
     srv.limits = limits  # type: ignore[attr-defined]
     srv.stdio = False  # type: ignore[attr-defined]  # set by the CLI: one stdio process serves one client

@@ -63,6 +63,7 @@ def build_server(corpus: str = "world", index_dir: str | os.PathLike[str] | None
             f"An encyclopedia of {idx.page_count():,} pages. Find pages with search, then open_page to see a "
             "page's sections and read_section to read one. Page titles are case-insensitive."
         ),
+        log_level="WARNING",  # the SDK logs every request at INFO through rich: ~30 % of a call's CPU
     )
     srv.wiki_index = idx  # type: ignore[attr-defined]  # for in-process callers (benchmarks, tests)
 
