@@ -217,3 +217,56 @@ def test_tokenizer_corpus_from_teacher_rows(tiny_dir, tmp_path):  # type: ignore
     with_rows = AutoTokenizer.from_pretrained(init_tiny(tmp_path / "t", size="tiny", extra_corpus_files=[rows]))
     plain = AutoTokenizer.from_pretrained(tiny_dir)
     assert len(with_rows(thought)["input_ids"]) < len(plain(thought)["input_ids"])
+
+
+def _sample_all(model, prompts, min_shared_prefix: int, max_tokens: int = 40):  # type: ignore[no-untyped-def]
+    from toolgym.models.engine import GenRequest, SamplingParams
+    from toolgym.models.hf import HFEngine
+
+    eng = HFEngine(model, 0, [1], num_threads=1)
+    eng.MIN_SHARED_PREFIX = min_shared_prefix
+    reqs = [GenRequest(p, SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=i)) for i, p in enumerate(prompts)]
+    return eng.generate_batch(reqs)
+
+
+def test_shared_prompt_prefix_is_prefilled_once_with_the_same_samples(tiny_dir):  # type: ignore[no-untyped-def]
+    """Prompts that start alike (system prompt + tools) are prefilled as one row whose cache every row reads, the
+    rows' tails left-padded after it: tokens and logprobs equal the unshared path and a fresh forward pass, for
+    tails of different lengths (one tail a single token)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(5, 200, (30,), generator=g).tolist()
+    prompts = [head + torch.randint(5, 200, (n,), generator=g).tolist() for n in (1, 7, 3, 12)]
+    shared = _sample_all(model, prompts, 16)
+    plain = _sample_all(model, prompts, 10**9)
+    for a, b, p in zip(shared, plain, prompts, strict=True):
+        assert a.token_ids == b.token_ids and len(a.token_ids) > 0
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        ref = fresh_logprobs(model, p + a.token_ids)[len(p):]
+        assert a.logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def test_preallocated_cache_appends_in_place_and_grows_when_full():  # type: ignore[no-untyped-def]
+    """The decode cache writes each token into spare room; past its room it grows by copying, contents intact."""
+    from transformers.cache_utils import DynamicCache
+
+    from toolgym.models.hf import preallocate_cache
+
+    cache = DynamicCache()
+    k, v = torch.randn(2, 1, 5, 4), torch.randn(2, 1, 5, 4)
+    cache.update(k, v, 0)
+    assert preallocate_cache(cache, 2)
+    layer = cache.layers[0]
+    buf = layer.kbuf
+    new = [torch.randn(2, 1, 1, 4) for _ in range(4)]
+    for x in new[:2]:
+        cache.update(x, x, 0)
+    assert layer.kbuf is buf  # in place while there is room
+    for x in new[2:]:
+        cache.update(x, x, 0)
+    assert layer.kbuf is not buf and cache.get_seq_length() == 9
+    assert torch.equal(layer.keys, torch.cat([k, *new], dim=-2))
+    assert torch.equal(layer.values, torch.cat([v, *new], dim=-2))
+    assert not preallocate_cache(object(), 3)  # not a DynamicCache: left alone

@@ -154,3 +154,40 @@ def test_masked_logprobs_match_full_logits(tiny_model) -> None:  # type: ignore[
     assert torch.all(part[:, :4] == 0)
     (part * mask).sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_shared_prefix_forward_equals_the_full_forward(tiny_model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows that share a prompt prefix run it once (one row, its KV cache broadcast): the log-probs and the
+    gradient of every weight equal those of the full forward pass; with no shared prefix the full pass runs."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    import toolgym.models.hf as H
+    import toolgym.train.loss as L
+    from toolgym.models.hf import shared_prefix_len
+
+    used = []
+    real = H.expand_prefix_cache
+    monkeypatch.setattr(H, "expand_prefix_cache", lambda past, b: used.append(real(past, b)) or used[-1])
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 100, (4, 40), generator=g)
+    ids[:, :24] = ids[0, :24]
+    attn = torch.ones_like(ids)
+    attn[1, 33:] = 0
+    attn[3, 29:] = 0
+    mask = torch.zeros(4, 40)
+    mask[:, 26:] = 1
+    mask = mask * attn
+    assert shared_prefix_len(ids, attn) == 24 and shared_prefix_len([[1, 2, 3], [1, 2, 4]]) == 2
+    shared = L.masked_logprobs(model, ids, attn, mask, 0.7)
+    full = token_logprobs(twin(input_ids=ids, attention_mask=attn).logits, ids, 0.7)
+    assert torch.allclose(shared * mask, full * mask, atol=1e-5)
+    (shared * mask).sum().backward()
+    (full * mask).sum().backward()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+    assert used == [True]  # the shared path ran (a cache type it cannot broadcast would fall back)

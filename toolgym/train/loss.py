@@ -102,15 +102,38 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float =
     return torch.cat([torch.zeros_like(out[:, :1]), out], dim=1)
 
 
+MIN_SHARED_PREFIX = 16  # below this a shared-prefix forward saves less than its second model call costs
+
+
 def masked_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
                     temperature: float = 1.0) -> torch.Tensor:
     """`token_logprobs` of a forward pass, with the LM head and softmax run only from the batch's first masked
     token on (`logits_to_keep`): prompt positions never need logits, and on long prompts they are most of the
-    sequence. Returns [B, T]; positions before the window are 0 (they carry no loss weight)."""
-    T = ids.shape[1]
+    sequence. Returns [B, T]; positions before the window are 0 (they carry no loss weight).
+
+    Shared prefix: the rows of a step usually start with the same tokens (system prompt + tool schemas: 378 of
+    the 432 prompt tokens of a tic-tac-toe move task). That prefix runs once, as one row with a KV cache, and the
+    rest of every row attends to it -- the same function and gradient as the full forward (autograd sums the rows'
+    gradients into the shared keys and values), with far fewer tokens through the network. Models whose cache is
+    not a plain `DynamicCache` (sliding-window, LFM2's convolutions) take the full forward."""
+    from toolgym.models.hf import expand_prefix_cache, shared_prefix_len
+
+    B, T = ids.shape
     cols = mask.detach().sum(0).nonzero()
     first = int(cols[0]) if len(cols) else 1
-    if not supports_logits_to_keep(model) or first <= 1:
+    keeps = supports_logits_to_keep(model)
+    P = min(shared_prefix_len(ids, attn), first - 1) if B > 1 and keeps else 0
+    if P >= MIN_SHARED_PREFIX:
+        pre = model(input_ids=ids[:1, :P], attention_mask=attn[:1, :P], use_cache=True, logits_to_keep=1)
+        past = pre.past_key_values
+        if expand_prefix_cache(past, B):
+            pos = torch.arange(P, T, device=ids.device).expand(B, -1)
+            keep = T - first + 1
+            logits = model(input_ids=ids[:, P:], attention_mask=attn, position_ids=pos, past_key_values=past,
+                           use_cache=True, logits_to_keep=keep).logits
+            window = token_logprobs(logits, ids[:, first - 1 :], temperature)
+            return torch.cat([window.new_zeros(B, first - 1), window], dim=1)
+    if not keeps or first <= 1:
         return token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids, temperature)
     keep = T - first + 1  # logits at positions first-1 .. T-1 (the last, past the end, is dropped)
     logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
