@@ -17,7 +17,9 @@ MARKER = "<!-- toolgym-cli-reference -->"
 ENV_MARKER = "<!-- toolgym-env-options -->"
 FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "curves.png",
            "assets/multi-server-heldout.png": ROOT / "examples" / "multi_server" / "heldout.png",
-           "assets/tictactoe-weak-grpo.png": ROOT / "examples" / "tictactoe" / "weak_curves.png"}
+           "assets/tictactoe-weak-grpo.png": ROOT / "examples" / "tictactoe" / "weak_curves.png",
+           "assets/tictactoe-gpu-sweep.png": ROOT / "examples" / "tictactoe" / "gpu_sweep.png",
+           "assets/tictactoe-noisy-grpo.png": ROOT / "examples" / "tictactoe" / "noisy_curves.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy nothink | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -15,6 +15,8 @@
 #   rl      GRPO from the 200-position start with each of LOSSES="cispo grpo dr_grpo" (same budget), evals
 #   weak    a weak start (SFT on 1,000 positions + 200 games, 300 steps: weak_sft.toml), then GRPO at temperature
 #           0.5 with each of LOSSES="cispo grpo dr_grpo" (weak_grpo.toml), held-out evals and 200 games per opponent
+#   noisy   a start that reads the board but imitates a noisy teacher (scripted:imperfect, 60 % random free cells:
+#           noisy_sft.toml), then GRPO per loss (noisy_grpo.toml), held-out evals and 200 games per opponent
 #   nothink the same story without a think text (teacher think=none: "I play N."): SFT on 200 / 1,000 positions +
 #           200 games (nothink_sft.toml), GRPO from the 200 start (nothink_grpo.toml), held-out evals
 #   table   the results tables (results_table.py)
@@ -109,6 +111,29 @@ case "${1:-}" in
       timed weak-$loss toolgym train $X/weak_grpo.toml -s loss_type=$loss -s output_dir=$W/$loss
       weak_evals weak-$loss $W/$loss/final
     done ;;
+  noisy)
+    N=$R/noisy
+    mkdir -p $N
+    NT=(--teacher scripted:imperfect --teacher-arg mistake_prob=0.6 --teacher-arg think=track
+        --teacher-arg tie_break=exploit -a transport=inprocess)
+    toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
+    toolgym synth tictactoe "${NT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 300 \
+      --drop-if heldout_visits --require-valid -o $N/games.jsonl
+    toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $N/positions.jsonl --corpus-file $N/games.jsonl
+    timed noisy-sft toolgym sft $X/noisy_sft.toml
+    noisy_evals() {  # noisy_evals NAME MODEL_DIR: all 937 held-out positions + 200 games per opponent (fresh seed 9090)
+      positions "$1" "$2" heldout
+      for opp in random optimal; do
+        if [ $opp = random ]; then p=1.0; else p=0.0; fi
+        toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 9090 -a transport=inprocess \
+          -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
+      done
+    }
+    noisy_evals noisy-sft $N/sft/final
+    for loss in ${LOSSES:-cispo grpo dr_grpo}; do
+      timed noisy-$loss toolgym train $X/noisy_grpo.toml -s loss_type=$loss -s output_dir=$N/$loss
+      noisy_evals noisy-$loss $N/$loss/final
+    done ;;
   nothink)
     N=$R/nothink
     MAXTOK=40   # the no-think turn is 33 tokens
@@ -129,5 +154,5 @@ case "${1:-}" in
     positions nothink-grpo $N/grpo/final heldout ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|nothink|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|nothink|table"; exit 2 ;;
 esac

@@ -125,3 +125,19 @@ def test_sft_tokenisation_equals_policy_trace(tiny_model: Path) -> None:
         # the policy's trace stops after the last sampled turn; the finished conversation also holds the final tool
         # result (the game-over message): extra context tokens, never trained on
         assert not any(sft.mask[n:])
+
+
+def test_answer_only_drops_each_turns_reasoning_from_the_loss_mask() -> None:
+    """pg_tokens='answer': in every assistant turn the tokens up to and including the reasoning end leave the mask
+    (they stay in ids); a turn without the end marker keeps its whole mask; prompt/tool tokens stay 0."""
+    from toolgym.train.data import answer_only
+    from toolgym.types import TokenTrace
+
+    E = [8, 9]  # a two-token end marker
+    ids = [1, 2, 5, 6, 8, 9, 3, 4, 7, 7, 5, 8, 9, 6, 2, 3, 3]
+    mask = [0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1]
+    #       prompt | turn 1: think 5 6, end 8 9, answer 3 4 | tool | turn 2: 5, end, answer 6 | tool | turn 3: no end
+    out = answer_only(TokenTrace(ids=ids, mask=mask, logprobs=[0.0] * len(ids)), E)
+    assert out.ids == ids and out.logprobs == [0.0] * len(ids)
+    assert out.mask == [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1, 1]
+    assert answer_only(TokenTrace(ids=[8, 9], mask=[1, 1], logprobs=[0, 0]), E).mask == [0, 0]

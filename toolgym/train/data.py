@@ -108,6 +108,27 @@ def pad_batch(traces: list[TokenTrace], pad_id: int, max_len: int) -> dict[str, 
     return {"ids": ids, "attn": attn, "mask": mask, "sampler_logp": lps}
 
 
+def answer_only(trace: TokenTrace, end_ids: list[int]) -> TokenTrace:
+    """The trace with each assistant turn's reasoning (its sampled tokens up to and including the first `end_ids`
+    sequence) taken out of the loss mask; the tokens stay in `ids` as context. A turn without `end_ids` (no
+    reasoning block, or one cut off by max_tokens) keeps its whole mask."""
+    mask = list(trace.mask)
+    n, k, i = len(mask), len(end_ids), 0
+    while i < n:
+        if not mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and mask[j]:
+            j += 1  # [i, j) is one assistant turn
+        for e in range(i, j - k + 1):
+            if trace.ids[e : e + k] == end_ids:
+                mask[i : e + k] = [0] * (e + k - i)
+                break
+        i = j
+    return TokenTrace(ids=trace.ids, mask=mask, logprobs=trace.logprobs)
+
+
 def stratified_order(num_examples: int, num_groups: int, seed: int, epoch: int) -> list[int]:
     """A permutation of range(num_examples) for one pass: groups (i % num_groups) shuffled separately, then interleaved
     round-robin, so any consecutive slice of k*num_groups examples holds k of each group. Pure function of its

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgym.train.config import GRPOConfig
-from toolgym.train.data import pad_batch, step_examples
+from toolgym.train.data import answer_only, pad_batch, step_examples
 from toolgym.train.loss import group_advantages, masked_logprobs, policy_loss, token_weights
 from toolgym.train.runstate import (
     MetricsLog,
@@ -129,6 +129,7 @@ class GRPOTrainer:
         if ckpt is not None:
             self.step = load_trainer_state(ckpt, self.opt, self.sched)["step"]
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        self.reasoning_end_ids = self.tok.encode(cfg.reasoning_end, add_special_tokens=False)
         self.dev = next(self.model.parameters()).device
         self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
         self.resumed_from = self.step
@@ -219,6 +220,8 @@ class GRPOTrainer:
         if not idx:
             return stats
         traces = [kept[i].tokens for i in idx]
+        if cfg.pg_tokens == "answer":
+            traces = [answer_only(t, self.reasoning_end_ids) for t in traces]
         cut = [min(len(t), cfg.max_seq_len) for t in traces]
         n_tokens = sum(sum(t.mask[1:c]) for t, c in zip(traces, cut, strict=True))
         max_len = cfg.max_tokens * int(getattr(self.env, "max_turns", 1))  # dr_grpo's constant normaliser
