@@ -134,6 +134,37 @@ def test_piece_lists_agree_with_the_grid() -> None:
     assert g.pieces(".........") == "X: none. O: none."
 
 
+def test_game_table_evicts_the_oldest_games_past_max_games() -> None:
+    """The game table is bounded (docs/security.md): past `max_games` the oldest games are evicted, a call on an
+    evicted id is a clear error result, the newest games play on and the table never holds more than the cap."""
+    from mcp_server_tictactoe.server import MAX_GAMES
+
+    assert build_server().games.max_games == MAX_GAMES == 100_000  # the default the security page states
+    cap = 3
+    srv = build_server(max_games=cap)
+
+    async def main() -> None:
+        s = await MCPSession.open(ServerSpec.inprocess(srv), srv)
+        try:
+            ids = []
+            for seed in range(40):
+                r = await s.call("new_game", {"seed": seed, "x_starts": True})
+                ids.append(r.json()["game_id"])
+                assert len(srv.games.games) == min(seed + 1, cap)
+            assert list(srv.games.games) == ids[-cap:]  # the newest survive, in creation order
+            for gid in (ids[0], ids[-cap - 1]):
+                for tool, args in [("get_board", {}), ("make_move", {"position": 4}), ("game_result", {})]:
+                    r = await s.call(tool, {"game_id": gid, **args})
+                    assert r.is_error and f"unknown game_id {gid!r}" in r.text and "new_game" in r.text, r.text
+            for gid in ids[-cap:]:
+                r = await s.call("make_move", {"game_id": gid, "position": 4})
+                assert not r.is_error and "You played 4." in r.text, r.text
+        finally:
+            await s.close()
+
+    asyncio.run(main())
+
+
 def _outcomes(trajs):
     assert all(t.error is None for t in trajs), [t.error for t in trajs if t.error][:3]
     return Counter(max(("win", "draw", "loss"), key=lambda k: t.metrics[k]) for t in trajs)
