@@ -77,6 +77,25 @@ def test_failover_to_live_endpoint(tmp_path: Path) -> None:
     assert stub.served == summary["policy_stats"]["requests"] - summary["policy_stats"]["endpoint_errors"]
 
 
+def test_connect_failure_limit_is_set_from_the_command_line(tmp_path: Path) -> None:
+    """`--model-arg max_connect_failures=N` reaches the policy: a refused endpoint listed before a live one stops the
+    run at its first request with N=1 (the message counts the attempts), fails over and finishes with N=2, and N=0
+    is a clear error."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with StubEndpoint() as stub:
+        args = ("-n", "2", "-c", "1", "-m", "openai:stub", "--base-url", f"{dead},{stub.url}", "-a",
+                "transport=inprocess", "--model-arg", "backoff_s=0.01", "--model-arg")
+        code, text = _eval(*args, "max_connect_failures=1", "-o", str(tmp_path / "one"))
+        assert code == 2 and "1 connection attempts in a row failed" in text.replace("\n", " "), text
+        assert stub.served == 0
+        code, text = _eval(*args, "max_connect_failures=2", "-o", str(tmp_path / "two"))
+        assert code == 0, text
+        summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+        assert summary["errors"] == 0 and summary["policy_stats"]["failovers"] >= 1
+        code, text = _eval(*args, "max_connect_failures=0", "-o", str(tmp_path / "zero"))
+        assert code == 2 and "max_connect_failures must be >= 1" in text.replace("\n", " "), text
+
+
 def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     out = tmp_path / "res"
     args = ("-n", "4", "-r", "1", "-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out))
@@ -96,11 +115,11 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     code, text = _eval(*args, "--resume")
     assert code == 0, text
     after = (out / "results.jsonl").read_text().splitlines()
-    assert after[:2] == kept  # finished records untouched
+    assert after[0] == kept[0]  # the finished record untouched
     assert all(isinstance(json.loads(line), dict) for line in after)  # the torn line is gone: strict JSONL again
-    new = read_jsonl(out / "results.jsonl")[2:]
+    new = read_jsonl(out / "results.jsonl")[1:]
     assert sorted(r["example_id"] for r in new) == [1, 2, 3]  # example 0 not re-run; the errored one is
-    assert all(r["error"] is None for r in new)
+    assert all(r["error"] is None for r in new)  # and its error record is gone: one record per rollout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rollouts"] == 4 and summary["errors"] == 0
     assert (out / "rewards.png").exists()
@@ -108,6 +127,31 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     code, text = _eval("-n", "5", "-r", "1", "-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out),
                        "--resume")
     assert code == 2 and "different run" in text
+
+
+def test_resume_replaces_errored_rollouts_one_record_each(tmp_path: Path) -> None:
+    """A run whose endpoint answered 503 to some rollouts (errors recorded), then --resume against a healthy one:
+    results.jsonl ends with exactly one record per (example, rollout) -- the error rows superseded by the re-runs are
+    gone, not left beside them -- every line is JSON, and the summary counts each rollout once."""
+    out = tmp_path / "res"
+    args = ("-n", "3", "-r", "2", "-c", "1", "-m", "openai:stub", "-a", "transport=inprocess", "-o", str(out),
+            "--model-arg", "max_retries=0")
+    with StubEndpoint(fail_first=2) as stub:  # the first two requests fail: the first two rollouts error
+        code, text = _eval(*args, "--base-url", stub.url)
+    assert code == 0, text
+    first = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(first) == 6 and sum(r["error"] is not None for r in first) == 2
+    with (out / "results.jsonl").open("a") as f:
+        f.write(json.dumps(first[-1])[:120])  # and a torn line, as a killed writer leaves
+    with StubEndpoint() as stub:
+        code, text = _eval(*args, "--base-url", stub.url, "--resume")
+    assert code == 0, text
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]  # strict: no torn line
+    keys = [(r["example_id"], r["rollout_index"]) for r in recs]
+    assert sorted(keys) == [(i, r) for i in range(3) for r in range(2)]  # each pair exactly once
+    assert all(r["error"] is None for r in recs) and stub.served > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rollouts"] == 6 and summary["errors"] == 0
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -268,40 +269,143 @@ def test_warm_pool_hands_out_prestarted_servers(sandbox_root: Path) -> None:
     assert _left(sandbox_root) == [] and _server_procs() == []
 
 
+def _config(tmp_path: Path, tasks: list[dict[str, Any]], server: str = "", extra: str = "",
+            scope: str = "rollout") -> str:
+    """A config env on the flaky stdio server; `server` lines go in `[server]` (from line 9), then `extra` tables."""
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    p = tmp_path / "env.toml"
+    p.write_text(f'name = "t"\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n[server]\n'
+                 f'command = ["{sys.executable}", "{FLAKY}"]\nscope = "{scope}"\n' + server + extra)
+    return str(p)
+
+
 def test_bad_placeholders_fixtures_and_setup_calls_name_the_entry(tmp_path: Path, sandbox_root: Path) -> None:
-    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "go", "who": "x", "expected_calls": []}) + "\n")
-    base = f'name = "t"\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n'
-    cmd = f'command = ["{sys.executable}", "{FLAKY}"]\n'
+    """Each error names the config entry and, first, the file and line where the entry is."""
+    tasks = [{"prompt": "go", "who": "x", "expected_calls": []}]
 
     def cfg(server: str, extra: str = "", scope: str = "rollout") -> str:
-        p = tmp_path / "env.toml"
-        p.write_text(base + "[server]\n" + cmd + f'scope = "{scope}"\n' + server + extra)
-        return str(p)
+        return _config(tmp_path, tasks, server, extra, scope)
 
-    with pytest.raises(SandboxError, match=r"server.env.DB: unknown placeholder \{rollout_dri\}"):
-        load_env(cfg('env = { DB = "{rollout_dri}/db" }\n'))
-    with pytest.raises(SandboxError, match=r"server.fixtures\[0\]: .*missing.db does not exist"):
-        load_env(cfg('fixtures = ["missing.db"]\n'))
+    with pytest.raises(SandboxError, match=r"env.toml:10: server.env.DB: unknown placeholder \{rollout_dri\}"):
+        load_env(cfg('cwd = "."\nenv = { A = "a", DB = "{rollout_dri}/db" }\n'))
+    with pytest.raises(SandboxError, match=r"env.toml:11: server.fixtures\[0\]: .*missing.db does not exist"):
+        load_env(cfg('\n\nfixtures = ["missing.db"]\n'))
     with pytest.raises(ValueError, match="prestart .* needs scope"):
         load_env(cfg("prestart = 2\n", scope="shared"))
     env = load_env(cfg("", '[[setup]]\ntool = "fail"\narguments = { message = "{who}" }\n'
                            '[[setup]]\ntool = "echo"\narguments = { text = "{nobody}" }\n'))
-    trajs = _run_reference(env)
-    assert "setup[0] (tool 'fail') failed" in (trajs[0].error or "") and "fail: x" in (trajs[0].error or "")
+    err = _run_reference(env)[0].error or ""
+    assert "env.toml:9: setup[0] (tool 'fail') failed" in err and "fail: x" in err, err
     env = load_env(cfg("", '[[setup]]\ntool = "echo"\narguments = { text = "{nobody}" }\n'))
-    assert "setup[0] (tool 'echo').arguments: the task has no field 'nobody'" in (_run_reference(env)[0].error or "")
-    env = load_env(cfg("", '[[cleanup]]\ntool = "fail"\narguments = { message = "after {who}" }\n'))
-    assert "cleanup[0] (tool 'fail') failed: hidden call fail({'message': 'after x'})" in \
+    assert "env.toml:9: setup[0] (tool 'echo').arguments: the task has no field 'nobody'" in \
+        (_run_reference(env)[0].error or "")
+    env = load_env(cfg("", '[[setup]]\ntool = "echo"\narguments = { text = "a" }\n[[cleanup]]\ntool = "echo"\n'
+                           'arguments = { text = "b" }\n[[cleanup]]\ntool = "fail"\n'
+                           'arguments = { message = "after {who}" }\n'))
+    assert "env.toml:15: cleanup[1] (tool 'fail') failed: hidden call fail({'message': 'after x'})" in \
         (_run_reference(env)[0].error or "")  # cleanup calls run after scoring, with task placeholders
     assert _left(sandbox_root) == []
 
 
-def _run_reference(env: StatefulToolEnv) -> list[Any]:
+def test_config_line_of_an_entry() -> None:
+    """The line an error names: table headers (the i-th `[[servers]]`), keys in inline tables, sub-tables."""
+    from toolgym.config_env import toml_line
+
+    text = ('name = "t"\n[server]\ncommand = ["x"]\n[server.env]\nA = "1"\nDB = "{x}"\n[[servers]]\nname = "a"\n'
+            '[[servers]]\nname = "b"\nenv = { A = "1",\n  DB = "{x}" }\n[[setup]]\ntool = "t"\n')
+    assert [toml_line(text, e) for e in ("server.env.DB", "server.command[0]", "servers[1].env.DB", "servers[1]",
+                                         "setup[0]", "setup[1]", "cleanup[0]")] == [6, 3, 12, 9, 13, None, None]
+
+
+def test_setup_and_cleanup_calls_run_hidden_from_the_model(tmp_path: Path, sandbox_root: Path) -> None:
+    """`[[setup]]` writes a file into each rollout's sandbox before the model's first turn (the model's own
+    `list_files` sees exactly it), `[[cleanup]]` writes one outside after scoring (it really runs, once per rollout);
+    neither call shows up in the trajectory: not in its messages, turns or calls."""
+    done = tmp_path / "cleaned"
+    done.mkdir()
+    tasks = [{"prompt": "go", "i": i, "expected_calls": [{"name": "list_files", "arguments": {}}]} for i in range(4)]
+    env = load_env(_config(tmp_path, tasks, 'cwd = "{rollout_dir}"\n',
+                           '[[setup]]\ntool = "write_file"\narguments = { filename = "setup-{i}.txt", text = "s" }\n'
+                           f'[[cleanup]]\ntool = "write_file"\narguments = {{ filename = "{done}/{{i}}.txt", '
+                           'text = "after {i}" }\n'))
+    trajs = _run_reference(env, concurrency=2)
+    for t in trajs:
+        i = t.task["i"]
+        assert t.error is None and t.reward == 1.0, t.error
+        assert [(c.name, c.result) for c in t.calls] == [("list_files", f"setup-{i}.txt")]  # setup ran, before
+        sent = [c["function"]["name"] for m in t.messages for c in m.get("tool_calls") or []]
+        assert sent == ["list_files"]
+        assert [m["content"] for m in t.messages if m["role"] == "tool"] == [f"setup-{i}.txt"]
+        assert "write_file" not in json.dumps([t.messages, t.turns], default=str)
+    assert sorted(p.name for p in done.iterdir()) == [f"{i}.txt" for i in range(4)]
+    assert all((done / f"{i}.txt").read_text() == f"after {i}" for i in range(4))
+    assert _left(sandbox_root) == []
+
+
+def test_keep_sandboxes_keeps_each_rollouts_folder(tmp_path: Path, sandbox_root: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`keep_sandboxes = true` (config) or TOOLGYM_KEEP_SANDBOXES=1 (environment) leaves each rollout's sandbox, with
+    what its server wrote, after the run; without either the same run leaves nothing."""
+    tasks = [{"prompt": "go", "i": i, "expected_calls": [{"name": "write_file", "arguments": {
+        "filename": [f"mine-{i}.txt"], "text": ["x"]}}]} for i in range(3)]
+    server = 'cwd = "{rollout_dir}"\n'
+
+    def kept() -> list[list[str]]:
+        return sorted(sorted(p.name for p in d.iterdir()) for d in sandbox_root.iterdir()) \
+            if sandbox_root.is_dir() else []
+
+    mine = [[".keep"]] + [[".keep", f"mine-{i}.txt"] for i in range(3)]  # + the (empty) one that listed the tools
+    trajs = _run_reference(load_env(_config(tmp_path, tasks, server + "keep_sandboxes = true\n")))
+    assert [t.error for t in trajs] == [None] * 3
+    assert kept() == mine
+    assert sweep_stale(sandbox_root) == 0  # a kept sandbox is not swept either
+    shutil.rmtree(sandbox_root)
+
+    monkeypatch.setenv("TOOLGYM_KEEP_SANDBOXES", "1")
+    _run_reference(load_env(_config(tmp_path, tasks, server)))
+    assert kept() == mine
+    shutil.rmtree(sandbox_root)
+
+    monkeypatch.setenv("TOOLGYM_KEEP_SANDBOXES", "0")
+    trajs = _run_reference(load_env(_config(tmp_path, tasks, server)))
+    assert [t.error for t in trajs] == [None] * 3 and kept() == []
+
+
+def test_rollout_id_is_what_each_server_receives(tmp_path: Path, sandbox_root: Path) -> None:
+    """`{rollout_id}` in a server's env reaches the server process as the session's sandbox id (its directory's
+    name), a different one per rollout; through a config env the model's own call reads it back."""
+    rollout_id = re.compile(rf"{os.getpid()}-\d+-[0-9a-f]{{8}}")
+
+    async def go() -> list[tuple[str, str, str]]:
+        provider = SessionProvider(_flaky_spec(), "rollout")
+        try:
+            sessions = [await provider.acquire() for _ in range(3)]
+            boxes = [s.sandbox for s in sessions]
+            out = [((await s.call("get_value", {"key": "ROLLOUT"})).text, b.id, b.path.name)  # type: ignore[union-attr]
+                   for s, b in zip(sessions, boxes, strict=True)]
+            for s in sessions:
+                await provider.release(s)
+            return out
+        finally:
+            await provider.aclose()
+
+    seen = asyncio.run(go())
+    assert all(got == rid == name for got, rid, name in seen) and len({got for got, _, _ in seen}) == 3, seen
+    assert all(rollout_id.fullmatch(got) for got, _, _ in seen)
+
+    tasks = [{"prompt": "go", "expected_calls": [{"name": "get_value", "arguments": {"key": ["ROLLOUT"]}}]}] * 4
+    got = [t.calls[0].result for t in _run_reference(load_env(_config(tmp_path, tasks,
+                                                                      'env = { ROLLOUT = "{rollout_id}" }\n')))]
+    assert len(set(got)) == 4 and all(rollout_id.fullmatch(g) for g in got), got
+    assert _left(sandbox_root) == []
+
+
+def _run_reference(env: StatefulToolEnv, concurrency: int = 1) -> list[Any]:
     async def go() -> list[Any]:
         await env.start()
         try:
             pol = env.scripted_players()["reference"](env)
-            return await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(env.build_dataset())], 1)
+            return await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(env.build_dataset())], concurrency)
         finally:
             await env.aclose()
 

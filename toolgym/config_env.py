@@ -195,6 +195,52 @@ def _fill_named(template: Any, task: dict[str, Any], where: str) -> Any:
         raise HiddenCallError(f"{where}: bad placeholder: {exc}") from None
 
 
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]")
+_PART = re.compile(r"([^.\[\]]+)(?:\[(\d+)\])?")
+
+
+def toml_line(text: str, entry: str) -> int | None:
+    """Best effort: the 1-based line of config entry `entry` (`server.env.DB`, `setup[1]`, `servers[0].fixtures[2]`)
+    in TOML `text`, else None. The first part is a table header (`[server]`, the i-th `[[setup]]`); each further part
+    a key of that table (`env = { DB = ... }`: inline tables count, on the same line or later) or a sub-table header
+    (`[server.env]`). The deepest part found gives the line; list indices past the first part are not followed."""
+    lines = text.splitlines()
+    heads = [(n, m.group(1) == "[[", re.sub(r'[\s"]', "", m.group(2)))
+             for n, line in enumerate(lines) if (m := _HEADER.match(line))]
+    parts = [(m.group(1).strip(), m.group(2)) for m in _PART.finditer(entry)]
+    if not parts:
+        return None
+    (table, idx), rest = parts[0], parts[1:]
+    tables = [n for n, is_array, name in heads if name == table and is_array == (idx is not None)]
+    if int(idx or 0) >= len(tables):
+        return None
+    at = tables[int(idx or 0)]  # the header of the table searched
+    line, start = at, at + 1  # the deepest line found; where the next key is searched from (inline tables: same line)
+    for name, _ in rest:
+        end = next((n for n, _, _ in heads if n > at), len(lines))
+        key = re.compile(rf'(?:^|[\s{{,])"?{re.escape(name)}"?\s*=')
+        table = f"{table}.{name}"
+        found = next((n for n in range(start, end) if key.search(lines[n])), None)
+        if found is not None:
+            line = start = found
+            continue
+        sub = next((n for n, is_array, h in heads if h == table and not is_array), None)
+        if sub is None:
+            break
+        line = at = sub
+        start = sub + 1
+    return line + 1
+
+
+def config_location(path: Path | None, entry: str) -> str:
+    """`"FILE:LINE: "` of entry `entry` in a TOML config file, for the front of an error message; "" when it is not
+    found (or for a JSON config or an env built without a file)."""
+    if path is None or path.suffix != ".toml" or not path.is_file():
+        return ""
+    line = toml_line(path.read_text(), entry)
+    return f"{path}:{line}: " if line else ""
+
+
 def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSpec:
     """The `ServerSpec` of a `[server]` section: paths relative to the config folder (a command given as a relative
     path, fixtures), placeholders checked now (a bad one is an error naming its entry)."""
@@ -203,7 +249,7 @@ def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSp
         fc = FixtureConfig(src=fx) if isinstance(fx, str) else fx
         src = fc.src if Path(fc.src).is_absolute() else str(base / fc.src)
         if not placeholders(src) and not Path(src).exists():
-            raise SandboxError(f"{where}.fixtures[{i}]: {src} does not exist")
+            raise SandboxError(f"{where}.fixtures[{i}]: {src} does not exist", f"{where}.fixtures[{i}]")
         fixtures.append(Fixture(src, fc.dest))
     sandbox = {"fixtures": fixtures, "prestart": s.prestart, "keep_sandboxes": s.keep_sandboxes}
     if s.command:
@@ -296,6 +342,7 @@ class ConfigEnv(StatefulToolEnv):
     `reference` (see `_reference_player`)."""
 
     default_policy = "scripted:reference"
+    source: Path | None = None  # the config file (set by `load_config_env`): errors of setup/cleanup name its line
 
     def scripted_players(self) -> dict[str, Any]:
         return {"reference": _reference_player}
@@ -332,11 +379,15 @@ class ConfigEnv(StatefulToolEnv):
     async def _hidden_calls(self, section: str, calls: list[CallConfig], task: dict[str, Any]) -> None:
         for i, c in enumerate(calls):
             where = f"{section}[{i}] (tool {c.tool!r})"
-            args = _fill_named(c.arguments, task, f"{where}.arguments")
+            try:
+                args = _fill_named(c.arguments, task, f"{where}.arguments")
+            except HiddenCallError as exc:  # the file's line is looked up only for the message
+                raise HiddenCallError(f"{config_location(self.source, f'{section}[{i}]')}{exc}") from None
             try:
                 await self.call(c.tool, **args)
             except HiddenCallError as exc:
-                raise HiddenCallError(f"{where} failed: {exc}") from None
+                raise HiddenCallError(f"{config_location(self.source, f'{section}[{i}]')}{where} failed: {exc}") \
+                    from None
 
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
         await self._hidden_calls("setup", self.config.setup, task)
@@ -370,7 +421,12 @@ def load_config_env(path: str | Path, /, **options: Any) -> ConfigEnv:
         config = EnvConfig.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise ValueError(f"invalid env config {path}:\n{exc}") from None
-    return ConfigEnv(config, path.parent.resolve(), **options)
+    try:
+        env = ConfigEnv(config, path.parent.resolve(), **options)
+    except SandboxError as exc:  # a bad placeholder or fixture: name the file's line too
+        raise SandboxError(f"{config_location(path, exc.where)}{exc}", exc.where) from None
+    env.source = path.resolve()
+    return env
 
 
 def config_env_factory(path: str | Path) -> Callable[..., ConfigEnv]:

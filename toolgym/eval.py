@@ -2,8 +2,9 @@
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
 rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
-`results.jsonl` (errored ones are run again) and runs only the rest; a torn last line from a killed run is removed
-from the file (rewritten atomically), so it stays valid JSONL.
+`results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
+to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
+are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
 """
 
 from __future__ import annotations
@@ -37,15 +38,17 @@ def read_results(path: Path) -> dict[tuple[int, int], Trajectory]:
     return done
 
 
-def drop_torn_lines(path: Path) -> int:
-    """Rewrite a JSONL file without the lines that are not a JSON object (the torn last line of a killed writer),
-    atomically (temp file + rename), so the file stays strict JSONL for pandas / datasets. Returns lines dropped."""
+def drop_torn_lines(path: Path, keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
+    """Rewrite a JSONL file without the lines that are not a JSON object (the torn last line of a killed writer) and,
+    given `keep`, without the objects `keep` rejects (called on each object in file order), atomically (temp file +
+    rename), so the file stays strict JSONL for pandas / datasets. Returns lines dropped."""
     if not path.exists():
         return 0
     good, dropped = [], 0
     for line in path.read_text().splitlines():
         try:
-            ok = isinstance(json.loads(line), dict)
+            obj = json.loads(line)
+            ok = isinstance(obj, dict) and (keep is None or keep(obj))
         except json.JSONDecodeError:
             ok = False
         if ok:
@@ -57,6 +60,25 @@ def drop_torn_lines(path: Path) -> int:
         tmp.write_text("".join(line + "\n" for line in good))
         os.replace(tmp, path)
     return dropped
+
+
+def first_finished() -> Callable[[dict[str, Any]], bool]:
+    """A `drop_torn_lines` filter for a resumed run: keeps the first error-free, readable record of each (example,
+    rollout) and drops error records (their rollouts run again and append the record that supersedes them)."""
+    seen: set[tuple[int, int]] = set()
+
+    def keep(rec: dict[str, Any]) -> bool:
+        try:
+            t = Trajectory.from_dict(rec)
+        except (TypeError, KeyError):
+            return False
+        key = (t.example_id, t.rollout_index)
+        if t.error is not None or key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    return keep
 
 
 async def evaluate(
@@ -87,9 +109,9 @@ async def evaluate(
         elif not resume and (out_dir / "results.jsonl").exists():
             raise FileExistsError(f"{out_dir}/results.jsonl exists: pass --resume to continue it or choose --out")
         run_file.write_text(json.dumps(info, indent=2, default=str))
-        if resume:
-            keep = {k: t for k, t in read_results(out_dir / "results.jsonl").items() if t.error is None}
-            drop_torn_lines(out_dir / "results.jsonl")
+        if resume:  # the file keeps one finished record per rollout; the rest run again
+            drop_torn_lines(out_dir / "results.jsonl", first_finished())
+            keep = read_results(out_dir / "results.jsonl")
         results_file = (out_dir / "results.jsonl").open("a")
     jobs = [(i, r, task) for i, task in enumerate(tasks) for r in range(rollouts_per_example) if (i, r) not in keep]
     results: dict[tuple[int, int], Trajectory] = dict(keep)

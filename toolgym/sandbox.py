@@ -40,7 +40,12 @@ _live: dict[str, Path] = {}  # sandboxes of this process not removed yet (remove
 
 
 class SandboxError(ValueError):
-    """A bad placeholder, a missing fixture or a sandbox that cannot be made; names the config entry."""
+    """A bad placeholder, a missing fixture or a sandbox that cannot be made; the message starts with the config
+    entry (`server.env.DB: ...`), also kept as `where` (a config file's loader adds the file and line)."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def substitute(text: str, values: dict[str, Any], where: str, allowed: tuple[str
         if name not in values:
             valid = ", ".join("{" + p + "}" for p in (allowed or tuple(values)))
             raise SandboxError(f"{where}: unknown placeholder {{{name}}} in {text!r} (valid: {valid}; "
-                               f"write {{{{ and }}}} for literal braces)")
+                               f"write {{{{ and }}}} for literal braces)", where)
         return str(values[name])
 
     return _TOKEN.sub(repl, text)
@@ -160,10 +165,11 @@ class Sandbox:
             return  # a task-selected fixture and no task (listing the server's tools): nothing to copy
         src = Path(substitute(fx.src, {k: v for k, v in (task or {}).items()}, f"server.fixtures[{i}]"))
         if not src.exists():
-            raise SandboxError(f"server.fixtures[{i}]: {src} does not exist")
+            raise SandboxError(f"server.fixtures[{i}]: {src} does not exist", f"server.fixtures[{i}]")
         dest = (self.path / (fx.dest or src.name)).resolve()
         if self.path.resolve() not in (dest, *dest.parents):
-            raise SandboxError(f"server.fixtures[{i}]: dest {fx.dest!r} is outside the sandbox")
+            raise SandboxError(f"server.fixtures[{i}]: dest {fx.dest!r} is outside the sandbox",
+                               f"server.fixtures[{i}]")
         dest.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, dest, dirs_exist_ok=True)

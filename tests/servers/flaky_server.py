@@ -1,5 +1,7 @@
 """A deliberately misbehaving MCP server for the tests: tools that echo, add, keep per-process state, fail, sleep,
-hang forever, flood stderr, crash the process, and write and list files in its working directory.
+hang forever, flood stderr, crash the process, and write and list files in its working directory. The value of the
+environment variable `ROLLOUT` it was started with (the sandbox tests pass `{rollout_id}`) is stored under the key
+`ROLLOUT`, so `get_value("ROLLOUT")` tells a client what the server received.
 
     python flaky_server.py                              # stdio
     python flaky_server.py --transport streamable-http --port 8123
@@ -16,7 +18,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 srv = MCPServer("flaky")
-_store: dict[str, str] = {}
+_store: dict[str, str] = {"ROLLOUT": os.environ["ROLLOUT"]} if "ROLLOUT" in os.environ else {}
 
 
 @srv.tool()

@@ -68,3 +68,25 @@ def test_sft_names_a_missing_model_folder(tmp_path) -> None:
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_train_names_a_missing_model_folder(tmp_path, monkeypatch) -> None:
+    """`toolgym train` with a `model` folder that does not exist fails with 'no such model folder' before any weights
+    or tokenizer are loaded (`from_pretrained` is never reached) and starts no run (no metrics, no checkpoint)."""
+    import transformers
+
+    loaded: list[object] = []
+
+    def spy(*args: object, **kwargs: object) -> None:
+        loaded.append(args)
+        raise AssertionError("from_pretrained reached")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", spy)
+    cfg = tmp_path / "grpo.json"
+    cfg.write_text(json.dumps({"model": str(tmp_path / "no-such-model"), "output_dir": str(tmp_path / "run"),
+                               "env": "tictactoe", "env_args": {"transport": "inprocess"}}))
+    res = CliRunner().invoke(app, ["train", str(cfg)])
+    assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
+    assert loaded == []
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoints").exists()
