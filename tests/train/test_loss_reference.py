@@ -387,3 +387,62 @@ def test_negative_control_update_with_per_micro_batch_normalisers(kind: str, tmp
     stats = tr.update(_trajectories(REWARDS))
     got = {"loss": stats["loss"], "grad": tr.opt.grads[0].tolist()}
     assert mismatch(got, reference(kind, hand_advantages(REWARDS, B, True), kl_coef=KL)) > DETECT
+
+
+# the answer part of each sequence (pg_tokens="answer"): MASK without each turn's leading "reasoning" tokens
+PG_MASK = [
+    [0, 0, 0, 0, 0, 1, 1, 1],
+    [0, 0, 0, 1, 0, 1, 0, 0],
+    [0, 0, 0, 0, 1, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 1, 0],
+    [0, 0, 0, 0, 1, 1, 0, 0],
+]
+
+
+@pytest.mark.parametrize("kind", LOSS_TYPES)
+def test_kl_over_every_sampled_token_with_the_gradient_on_the_answer(kind: str) -> None:
+    """pg_tokens="answer" with a KL anchor: the policy term covers PG_MASK, the KL covers every sampled token (MASK),
+    each with its own step normaliser. Reference: the policy-only loss on PG_MASK plus the KL-only loss on MASK (the
+    reference with A = 0 is its KL term alone). A KL restricted to the answer tokens misses it (negative control)."""
+    want_pg = reference(kind, ADV, mask=PG_MASK)
+    want_kl = reference(kind, [0.0] * B, mask=MASK, kl_coef=KL)
+    want = {"loss": want_pg["loss"] + want_kl["loss"],
+            "grad": [[a + b for a, b in zip(r1, r2, strict=True)] for r1, r2 in zip(want_pg["grad"], want_kl["grad"],
+                                                                                       strict=True)]}
+
+    def run(kl_mask: list[list[int]] | None) -> dict[str, Any]:
+        logp = _t(LOGP).requires_grad_(True)
+        pg = _t(PG_MASK)
+        w = token_weights(pg, kind, B, int(pg.sum()), MAX_LEN)
+        kw = None if kl_mask is None else token_weights(_t(kl_mask), kind, B, int(_t(kl_mask).sum()), MAX_LEN)
+        loss, st = policy_loss(logp, _t(OLD), _t(ADV), w, kind, EPS_LOW, EPS_HIGH, EPS_HIGH_IS, _t(REF), KL, kw)
+        loss.backward()
+        return {"loss": float(loss.detach()), "grad": logp.grad.tolist(), **st}
+
+    got = run(MASK)
+    assert mismatch(got, want) <= TOL, _explain(got, want)
+    assert got["kl"] == pytest.approx(want_kl["kl"], abs=TOL)  # the KL stat is the mean over the KL's tokens
+    assert mismatch(run(None), want) > DETECT  # KL on the answer tokens only: not the same loss
+
+
+@pytest.mark.parametrize("kind", LOSS_TYPES)
+def test_grpo_update_answer_only_matches_reference(kind: str, tmp_path: Any) -> None:
+    """GRPOTrainer.update with pg_tokens="answer" and a KL anchor: each trace carries the reasoning-end id (9) where
+    PG_MASK's answer starts (a turn without it is trained whole), so the gradient is the policy term on PG_MASK plus
+    the KL on every sampled token, with the step's normalisers of each."""
+    tr = _trainer(kind, KL, False, 2, tmp_path)
+    tr.cfg = tr.cfg.model_copy(update={"pg_tokens": "answer"})
+    tr.reasoning_end_ids = [9]
+    trajs = _trajectories(REWARDS)
+    for b, t in enumerate(trajs):
+        for pos in range(1, len(t.tokens.ids)):  # the end marker: a sampled token just before an answer token
+            if PG_MASK[b][pos] and not PG_MASK[b][pos - 1] and MASK[b][pos - 1]:
+                t.tokens.ids[pos - 1] = 9
+    stats = tr.update(trajs)
+    adv = hand_advantages(REWARDS, B, False)
+    want_pg, want_kl = reference(kind, adv, mask=PG_MASK), reference(kind, [0.0] * B, mask=MASK, kl_coef=KL)
+    want = {"loss": want_pg["loss"] + want_kl["loss"],
+            "grad": [[a + b for a, b in zip(r1, r2, strict=True)] for r1, r2 in zip(want_pg["grad"], want_kl["grad"],
+                                                                                       strict=True)]}
+    got = {"loss": stats["loss"], "grad": tr.opt.grads[0].tolist()}
+    assert mismatch(got, want) <= TOL, _explain(got, want)

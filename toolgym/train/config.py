@@ -74,10 +74,12 @@ class GRPOConfig(ModelTrainConfig):
         "sampler", description="Behaviour log-probs in the ratio: the sampler's (corrects off-policy drift) or the trainer's recomputed before the update.")
     pg_tokens: Literal["all", "answer"] = Field(
         "all", description="Tokens the policy-gradient loss covers: every sampled token, or each turn's answer only "
-        "(what follows its reasoning block, which stays in the context). A sequence-level reward spread over a long "
-        "reasoning is mostly noise at small batches; 'answer' puts it on the tokens that act (docs/training).")
-    reasoning_end: str = Field("</think>", min_length=1, description="pg_tokens='answer': the text that closes a "
-        "turn's reasoning; a turn without it is trained whole.")
+        "(what follows `reasoning_end`; the reasoning stays in the context, and the KL anchor, if any, still covers "
+        "every sampled token). A sequence-level reward spread over a long reasoning is mostly noise at small "
+        "batches; 'answer' puts it on the tokens that act (docs/training).")
+    reasoning_end: str = Field("</think>", min_length=1, description="pg_tokens='answer': the text that ends a "
+        "turn's reasoning (its first occurrence in the turn; e.g. a verdict's lead-in such as 'I play'); a turn "
+        "without it is trained whole.")
     updates_per_batch: int = Field(1, ge=1, description="Optimizer steps per rollout batch (>1 re-uses the batch, PPO-style).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the trainer uses the same for log-probs).")
     top_p: float = Field(1.0, gt=0, le=1, description="Sampling top-p.")

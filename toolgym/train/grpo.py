@@ -86,6 +86,9 @@ class GRPOTrainer:
         from toolgym.registry import load_env
 
         self.cfg, self.on_step = cfg, on_step
+        from toolgym.models import check_model_source
+
+        check_model_source(str(cfg.model))  # a missing folder is named before the env starts or the run folder is made
         if env is None:  # fails fast on bad env args (the periodic evals' too), before any model is loaded
             from toolgym.registry import check_env_args
 
@@ -192,7 +195,7 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ update
     def _logp(self, model: Any, b: dict[str, Any]) -> Any:
-        return masked_logprobs(model, b["ids"], b["attn"], b["mask"], self.cfg.temperature)
+        return masked_logprobs(model, b["ids"], b["attn"], b.get("logp_mask", b["mask"]), self.cfg.temperature)
 
     def update(self, trajs: list[Trajectory]) -> dict[str, float]:
         import torch
@@ -219,12 +222,16 @@ class GRPOTrainer:
             idx = [i for i in idx if abs(float(adv[i])) > 1e-8]
         if not idx:
             return stats
-        traces = [kept[i].tokens for i in idx]
+        sampled = [kept[i].tokens for i in idx]  # every sampled token: the KL anchor's tokens
+        traces = sampled  # the policy gradient's tokens
         if cfg.pg_tokens == "answer":
-            traces = [answer_only(t, self.reasoning_end_ids) for t in traces]
-        cut = [min(len(t), cfg.max_seq_len) for t in traces]
-        n_tokens = sum(sum(t.mask[1:c]) for t, c in zip(traces, cut, strict=True))
+            traces = [answer_only(t, self.reasoning_end_ids) for t in sampled]
         max_len = cfg.max_tokens * int(getattr(self.env, "max_turns", 1))  # dr_grpo's constant normaliser
+
+        def n_loss_tokens(ts: list[Any]) -> int:
+            return sum(sum(t.mask[1 : min(len(t), cfg.max_seq_len)]) for t in ts)
+
+        n_tokens, n_sampled = n_loss_tokens(traces), n_loss_tokens(sampled)
         stats["truncated"] = float(sum(len(t) > cfg.max_seq_len for t in traces))
         batches = []
         for j in range(0, len(idx), cfg.micro_batch_size):
@@ -232,6 +239,10 @@ class GRPOTrainer:
             b = {k: v.to(self.dev) for k, v in b.items()}
             b["adv"] = adv[idx[j : j + cfg.micro_batch_size]].to(self.dev)
             b["w"] = token_weights(b["mask"], cfg.loss_type, len(idx), n_tokens, max_len)
+            if traces is not sampled:  # log-probs (and the KL) over every sampled token, the gradient on the answer
+                full = pad_batch(sampled[j : j + cfg.micro_batch_size], self.pad, cfg.max_seq_len)["mask"]
+                b["logp_mask"] = full.to(self.dev)
+                b["kl_w"] = token_weights(b["logp_mask"], cfg.loss_type, len(idx), n_sampled, max_len)
             batches.append(b)
         acc: dict[str, float] = {}
         for it in range(cfg.updates_per_batch):
@@ -259,7 +270,7 @@ class GRPOTrainer:
                         else:
                             ref = self._logp(self.ref, b)
                 loss, st = policy_loss(logp, old, b["adv"], b["w"], cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
-                                       cfg.epsilon_high_is, ref, cfg.kl_coef)
+                                       cfg.epsilon_high_is, ref, cfg.kl_coef, b.get("kl_w"))
                 loss.backward()
                 loss_total += float(loss.detach())
                 for k in ("clip_frac", "kl", "ratio_mean"):

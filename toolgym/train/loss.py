@@ -61,8 +61,11 @@ def policy_loss(
     eps_high_is: float = 5.0,
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    kl_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The step's loss contribution of these sequences (sum of weighted per-token terms) and detached stats."""
+    """The step's loss contribution of these sequences (sum of weighted per-token terms) and detached stats.
+    `kl_weights` (same shape as `weights`): the KL term's own token weights, for a KL over more tokens than the
+    policy gradient covers (`pg_tokens="answer"`: the anchor holds the reasoning too); None = `weights`."""
     m = (weights > 0).float()
     A = adv[:, None].to(logp.dtype)
     log_r = (logp - old_logp) * m
@@ -78,16 +81,18 @@ def policy_loss(
         per_tok = -torch.min(ratio * A, clipped_ratio * A)
         clipped = ((ratio * A) > (clipped_ratio * A)).float()  # the clip is active (gradient cut)
     kl = torch.zeros_like(logp)
+    kw = weights if kl_weights is None else kl_weights
+    km = (kw > 0).float()
+    loss = (per_tok * weights).sum()
     if ref_logp is not None:
-        d = ref_logp - logp
+        d = (ref_logp - logp) * km
         kl = torch.exp(d) - d - 1
         if kl_coef:
-            per_tok = per_tok + kl_coef * kl
-    loss = (per_tok * weights).sum()
+            loss = loss + kl_coef * (kl * kw).sum()
     n = m.sum().clamp(min=1)
     stats = {
         "clip_frac": float((clipped * m).sum() / n),
-        "kl": float((kl.detach() * m).sum() / n),
+        "kl": float((kl.detach() * km).sum() / km.sum().clamp(min=1)),
         "ratio_mean": float((ratio.detach() * m).sum() / n),
         "tokens": float(m.sum()),
     }
