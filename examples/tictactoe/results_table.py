@@ -59,10 +59,14 @@ def positions(root: Path, model: str, split: str) -> dict[str, tuple[float, int]
 
 
 def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
-    """Win / draw / loss counts and valid-call counts over both seeds (pooled)."""
+    """Win / draw / loss counts and valid-call counts over both seeds (pooled), or of the single-seed 200-game eval
+    of the RL lines (`<model>-games200-<opponent>`, `run.sh weak / noisy / reader`)."""
     tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0}
-    for seed in SEEDS:
-        s = _load(root / "eval" / f"{model}-games-{opponent}-{seed}")
+    folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
+    if not all(f.is_dir() for f in folders):
+        folders = [root / "eval" / f"{model}-games200-{opponent}"]
+    for folder in folders:
+        s = _load(folder)
         if s is None:
             return None
         n = s["rollouts"] - s["errors"]

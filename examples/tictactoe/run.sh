@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy nothink | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -17,6 +17,8 @@
 #           0.5 with each of LOSSES="cispo grpo dr_grpo" (weak_grpo.toml), held-out evals and 200 games per opponent
 #   noisy   a start that reads the board but imitates a noisy teacher (scripted:imperfect, 60 % random free cells:
 #           noisy_sft.toml), then GRPO per loss (noisy_grpo.toml), held-out evals and 200 games per opponent
+#   reader  the same at mistake_prob 1.0: a start that reads the board but never plays a reasoned move
+#           (reader_sft.toml), then GRPO per loss (reader_grpo.toml), held-out evals and 200 games per opponent
 #   nothink the same story without a think text (teacher think=none: "I play N."): SFT on 200 / 1,000 positions +
 #           200 games (nothink_sft.toml), GRPO from the 200 start (nothink_grpo.toml), held-out evals
 #   table   the results tables (results_table.py)
@@ -38,6 +40,14 @@ games() {  # games NAME MODEL_DIR: 100 games per eval seed (12345, 777) vs the r
       toolgym eval tictactoe -m "hf:$2" -n 100 -c 64 -t 0 --max-tokens $MAXTOK --seed $seed -a transport=inprocess \
         -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games-$opp-$seed" --resume
     done
+  done
+}
+rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 greedy games per opponent on SEED
+  positions "$1" "$2" heldout
+  for opp in random optimal; do
+    if [ $opp = random ]; then p=1.0; else p=0.0; fi
+    toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
+      -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
   done
 }
 timed() {  # timed NAME CMD...: run and record the wall time of a phase in $R/times.txt
@@ -98,41 +108,27 @@ case "${1:-}" in
     head -200 $W/games.jsonl > $W/games-200.jsonl
     toolgym model init-tiny --out $W/tiny --size "$SIZE" --corpus-file $W/positions.jsonl --corpus-file $W/games.jsonl
     timed weak-sft toolgym sft $X/weak_sft.toml
-    weak_evals() {  # weak_evals NAME MODEL_DIR: the 937 held-out positions + 200 games per opponent (seed 4242)
-      positions "$1" "$2" heldout
-      for opp in random optimal; do
-        if [ $opp = random ]; then p=1.0; else p=0.0; fi
-        toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 4242 -a transport=inprocess \
-          -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
-      done
-    }
-    weak_evals weak-sft $W/sft/final
+    rl_evals weak-sft $W/sft/final 4242
     for loss in ${LOSSES:-cispo grpo dr_grpo}; do
       timed weak-$loss toolgym train $X/weak_grpo.toml -s loss_type=$loss -s output_dir=$W/$loss
-      weak_evals weak-$loss $W/$loss/final
+      rl_evals weak-$loss $W/$loss/final 4242
     done ;;
-  noisy)
-    N=$R/noisy
+  noisy|reader)
+    # noisy: scripted:imperfect at mistake_prob 0.6; reader: at 1.0 (reads the board, plays a random free cell)
+    N=$R/$1
+    if [ "$1" = noisy ]; then MISTAKE=0.6; EVAL_SEED=9090; else MISTAKE=1.0; EVAL_SEED=31337; fi
     mkdir -p $N
-    NT=(--teacher scripted:imperfect --teacher-arg mistake_prob=0.6 --teacher-arg think=track
+    NT=(--teacher scripted:imperfect --teacher-arg mistake_prob=$MISTAKE --teacher-arg think=track
         --teacher-arg tie_break=exploit -a transport=inprocess)
     toolgym synth tictactoe "${NT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
     toolgym synth tictactoe "${NT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 300 \
       --drop-if heldout_visits --require-valid -o $N/games.jsonl
     toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $N/positions.jsonl --corpus-file $N/games.jsonl
-    timed noisy-sft toolgym sft $X/noisy_sft.toml
-    noisy_evals() {  # noisy_evals NAME MODEL_DIR: all 937 held-out positions + 200 games per opponent (fresh seed 9090)
-      positions "$1" "$2" heldout
-      for opp in random optimal; do
-        if [ $opp = random ]; then p=1.0; else p=0.0; fi
-        toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 9090 -a transport=inprocess \
-          -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
-      done
-    }
-    noisy_evals noisy-sft $N/sft/final
+    timed $1-sft toolgym sft $X/$1_sft.toml
+    rl_evals $1-sft $N/sft/final $EVAL_SEED
     for loss in ${LOSSES:-cispo grpo dr_grpo}; do
-      timed noisy-$loss toolgym train $X/noisy_grpo.toml -s loss_type=$loss -s output_dir=$N/$loss
-      noisy_evals noisy-$loss $N/$loss/final
+      timed $1-$loss toolgym train $X/$1_grpo.toml -s loss_type=$loss -s output_dir=$N/$loss
+      rl_evals $1-$loss $N/$loss/final $EVAL_SEED
     done ;;
   nothink)
     N=$R/nothink
@@ -154,5 +150,5 @@ case "${1:-}" in
     positions nothink-grpo $N/grpo/final heldout ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|nothink|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|table"; exit 2 ;;
 esac

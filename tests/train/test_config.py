@@ -92,9 +92,16 @@ def test_recipe_configs_validate() -> None:
     for cfg in (main, rl):
         assert cfg.env_args["task"] == "move" and cfg.env_args["split"] == "train", cfg.env_args
     assert rl.eval_env_args == {"split": "heldout"}
-    pairs = [("weak_sft.toml", "weak_grpo.toml"), ("noisy_sft.toml", "noisy_grpo.toml")]
+    pairs = [("weak_sft.toml", "weak_grpo.toml"), ("noisy_sft.toml", "noisy_grpo.toml"),
+             ("reader_sft.toml", "reader_grpo.toml")]
     for s_file, g_file in pairs:  # the other RL lines: each GRPO starts from its own SFT, trains on train positions
         s_cfg, g_cfg = load_config(SFTConfig, root / s_file), load_config(GRPOConfig, root / g_file)
         assert str(g_cfg.model) == f"{s_cfg.output_dir}/final", g_file
         assert g_cfg.env_args["split"] == "train" and g_cfg.eval_env_args == {"split": "heldout"}, g_file
     assert load_config(GRPOConfig, root / "noisy_grpo.toml").kl_coef > 0  # the anchor that kept the scan intact
+    reader = load_config(GRPOConfig, root / "reader_grpo.toml")  # credit on the cell the reader's verdict names
+    assert reader.pg_tokens == "answer" and reader.kl_coef > 0
+    from toolgym_tictactoe import _minimax_player  # the reader's teacher: scripted:imperfect at mistake_prob 1.0
+
+    turn = _minimax_player(1.0, seed=0, think="track")([{"role": "user", "content": " X | 1 | 2\n 3 | O | 5\n 6 | 7 | 8"}], {})
+    assert reader.reasoning_end in turn.reasoning and turn.reasoning.endswith(f"I play {turn.tool_calls[0].arguments['position']}.")
