@@ -86,9 +86,6 @@ class GRPOTrainer:
         from toolgym.registry import load_env
 
         self.cfg, self.on_step = cfg, on_step
-        from toolgym.models import check_model_source
-
-        check_model_source(str(cfg.model))  # a missing folder is named before the env starts or the run folder is made
         if env is None:  # fails fast on bad env args (the periodic evals' too), before any model is loaded
             from toolgym.registry import check_env_args
 
@@ -97,6 +94,9 @@ class GRPOTrainer:
                     check_env_args(cfg.env, args)
                 except ValueError as exc:
                     raise ValueError(f"config {field}: {exc}") from None
+        from toolgym.models import check_model_source
+
+        check_model_source(str(cfg.model))  # a missing folder is named before the env starts or the run folder is made
         self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)
         self.tasks = self.env.build_dataset(cfg.num_examples, seed=cfg.dataset_seed)
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
