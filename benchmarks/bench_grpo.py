@@ -353,6 +353,18 @@ def _mean(steps: list[dict], key: str) -> float:
     return statistics.fmean(vals) if vals else float("nan")
 
 
+def work_check(summary: dict[str, dict[str, float]], tolerance: float) -> dict[str, Any]:
+    """Whether both sides did the same work: sampled tokens and MCP tool calls per step within `tolerance`
+    (relative to the larger side). A ratio is printed only when `same_work` is true."""
+    checks: dict[str, Any] = {}
+    for key in ("sampled_tokens_per_step", "mcp_calls_per_step"):
+        a, b = summary["toolgym"][key], summary["trl"][key]
+        checks[key] = {"toolgym": a, "trl": b, "rel_diff": abs(a - b) / max(a, b, 1e-9)}
+    same = all(c["rel_diff"] <= tolerance for c in checks.values()) and all(
+        c["toolgym"] > 0 and c["trl"] > 0 for c in checks.values())
+    return {"tolerance": tolerance, "same_work": same, **checks}
+
+
 def main_tictactoe(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -392,13 +404,9 @@ def main_tictactoe(args: argparse.Namespace) -> None:
     for k in ("reset_s", "tool_loop_minus_generate_s", "rewards_s"):
         summary["trl"][k] = _mean(tr, k)
     res["summary"] = summary
-    # the work check: same sampled tokens and MCP tool calls per step (within the tolerance)
-    checks = {}
-    for key in ("sampled_tokens_per_step", "mcp_calls_per_step"):
-        a, b = summary["toolgym"][key], summary["trl"][key]
-        checks[key] = {"toolgym": a, "trl": b, "rel_diff": abs(a - b) / max(a, b, 1e-9)}
-    same = all(c["rel_diff"] <= args.tolerance for c in checks.values())
-    res["work_check"] = {"tolerance": args.tolerance, "same_work": same, **checks}
+    res["work_check"] = work_check(summary, args.tolerance)
+    same = res["work_check"]["same_work"]
+    checks = {k: v for k, v in res["work_check"].items() if isinstance(v, dict)}
 
     t = Table(title=f"GRPO step on tic-tac-toe: {args.examples} prompts x {args.group} games, "
                     f"{args.steps} steps after {args.warmup} warm-up, 1 thread")

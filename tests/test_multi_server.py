@@ -6,8 +6,6 @@ setup.sh); those tests skip without them. The clash test uses the suite's own st
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,13 +18,9 @@ from toolgym.policies.scripted import call
 from toolgym.stats import summarize
 from toolgym.types import AssistantTurn
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = ROOT / "examples" / "multi_server" / "env.toml"
-EVERYTHING = ROOT / "examples" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
-FLAKY = ROOT / "tests" / "servers" / "flaky_server.py"
-need_servers = pytest.mark.skipif(
-    not EVERYTHING.exists() or shutil.which("node") is None or importlib.util.find_spec("mcp_server_time") is None,
-    reason="needs mcp-server-time (pip install -e '.[examples]') and the npm servers (npm ci --prefix examples/npm)")
+from tg_testutil import FLAKY
+from tg_testutil import MULTI_SERVER_ENV as ENV
+from tg_testutil import need_multi_servers as need_servers
 
 
 def _run(env: StatefulToolEnv, policy: Any, tasks: list[dict[str, Any]]) -> list[Any]:
@@ -136,3 +130,36 @@ def test_reference_teacher_can_answer_concisely_for_sft_data() -> None:
     assert any(t.calls and t.calls[-1].result != t.task["answer"] for t in trajs)  # not the raw tool output
     with pytest.raises(ValueError, match="answer_from must be"):
         load_policy("scripted:reference", env, answer_from="oracle")
+
+
+def test_heldout_split_shares_no_prompt_or_arguments_with_training(tmp_path: Path) -> None:
+    """The held-out split measures unseen argument combinations: no held-out prompt, call-argument set, zone pair,
+    operand pair or word occurs in a 4,000-task training set (the size run.sh trains on)."""
+    import json
+    import subprocess
+
+    subprocess.run([sys.executable, str(ENV.parent / "make_tasks.py"), "4000", "240", str(tmp_path)], check=True,
+                   capture_output=True)
+    train = [json.loads(x) for x in (tmp_path / "tasks.jsonl").read_text().splitlines()]
+    held = [json.loads(x) for x in (tmp_path / "heldout.jsonl").read_text().splitlines()]
+    assert len(train) == 4000 and len(held) == 240
+    assert {t["kind"] for t in held} == {"time", "sum", "both", "none"}
+
+    def keys(t: dict[str, Any]) -> set[str]:
+        out = {t["prompt"]} | {json.dumps(c["arguments"], sort_keys=True) for c in t["expected_calls"]}
+        for c in t["expected_calls"]:
+            a = c["arguments"]
+            out.add(f"zones {a['source_timezone']} {a['target_timezone']}" if c["name"] == "convert_time"
+                    else f"operands {a['a']} {a['b']}")
+        if not t["expected_calls"]:
+            out.add(f"word {t['answer']}")
+        return out
+
+    seen = set().union(*(keys(t) for t in train))
+    leaks = [t["id"] for t in held if keys(t) & seen]
+    assert leaks == []
+    # the committed files are what the generator writes (defaults: 800 training tasks)
+    subprocess.run([sys.executable, str(ENV.parent / "make_tasks.py"), "800", "240", str(tmp_path)], check=True,
+                   capture_output=True)
+    for name in ("tasks.jsonl", "heldout.jsonl"):
+        assert (tmp_path / name).read_text() == (ENV.parent / name).read_text()

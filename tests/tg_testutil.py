@@ -8,11 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+import importlib.util
+import shutil
+
 import psutil
+import pytest
 
 SERVERS = Path(__file__).parent / "servers"
 FLAKY = SERVERS / "flaky_server.py"
 sys.path.insert(0, str(SERVERS))
+ROOT = Path(__file__).resolve().parents[1]
+# the multi-server walkthrough: mcp-server-time (PyPI) + the npm server-everything
+MULTI_SERVER_ENV = ROOT / "examples" / "multi_server" / "env.toml"
+EVERYTHING = ROOT / "examples" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
+need_multi_servers = pytest.mark.skipif(
+    not EVERYTHING.exists() or shutil.which("node") is None or importlib.util.find_spec("mcp_server_time") is None,
+    reason="needs mcp-server-time (pip install -e '.[examples]') and the npm servers (npm ci --prefix examples/npm)")
 
 
 def children() -> set[int]:

@@ -5,11 +5,18 @@ that training never sees). Two third-party servers: `mcp-server-time` (PyPI; `co
 - `time`: convert a time between two zones (needs `convert_time`);
 - `sum`: add two numbers (needs `get-sum`);
 - `both`: add two numbers to get an hour, then convert that hour between zones (`get-sum`, then `convert_time`);
-- `none`: repeat a word back -- no tool (`expected_calls: []`, scored by `abstain_ok`).
+- `none`: repeat two words back -- no tool (`expected_calls: []`, scored by `abstain_ok`).
 
-Held out: zone pairs (ordered) and operand pairs whose hash falls in the held-out share (25 %) never occur in
-training tasks, so held-out accuracy measures unseen argument combinations. Deterministic:
-`python make_tasks.py [N_TRAIN] [N_HELDOUT] [OUT_DIR]` (defaults 800, 240 and this folder; the held-out split
+Held out: zone pairs (ordered), operand pairs (of `sum` and `both` alike) and word pairs whose hash falls in the held-out
+share (25 %) never occur in training tasks; a held-out `both` task has an unseen zone pair *and* unseen operands.
+Held-out accuracy therefore measures unseen argument combinations (for `none`, unseen word pairs: every word
+occurs in training, a model cannot write a token it was never trained to write).
+
+The prompts are short and put zone names in quotes, as identifiers: the env's system prompt carries the answer
+format, and a name then has the same tokens in the prompt and in the call's JSON (a tiny model's BPE writes
+` Africa` after a space but `Africa` after a quote). docs/envs/multi-server.md has what each choice measured.
+
+Deterministic: `python make_tasks.py [N_TRAIN] [N_HELDOUT] [OUT_DIR]` (defaults 800, 240 and this folder; the held-out split
 does not depend on N_TRAIN)."""
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ ZONES = {"Asia/Tokyo": 540, "Asia/Kolkata": 330, "Asia/Shanghai": 480, "UTC": 0,
          "Africa/Nairobi": 180, "America/Phoenix": -420, "Pacific/Honolulu": -600, "Asia/Kathmandu": 345,
          "Asia/Singapore": 480}
 WORDS = ["apple", "river", "silver", "garden", "planet", "window", "pencil", "forest", "castle", "rocket",
-         "violin", "harbor", "meadow", "candle", "puzzle", "lantern"]
+         "violin", "harbor", "meadow", "candle", "puzzle", "lantern", "marble", "copper", "dragon", "feather",
+         "jungle", "kettle", "ladder", "mirror", "needle", "orange", "parrot", "quartz", "saddle", "tunnel",
+         "velvet", "walnut", "yellow", "zipper", "anchor", "button", "cactus", "dolphin", "engine", "falcon"]
 KINDS = ("time", "sum", "both", "none")
-SUFFIX = " Use the tools if you need them, then give the answer inside <answer></answer>."
 
 
 def heldout(*key: object) -> bool:
@@ -47,7 +55,7 @@ def _task(kind: str, rng: random.Random, split: str) -> dict | None:
         if heldout(src, dst) != want:
             return None
         hh, mm = rng.randrange(24), rng.choice([0, 15, 30, 45])
-        return {"prompt": f"It is {hh:02d}:{mm:02d} in {src}. What time is it then in {dst}?" + SUFFIX,
+        return {"prompt": f'It is {hh:02d}:{mm:02d} in "{src}". What time is it then in "{dst}"?',
                 "answer": _convert(hh, mm, src, dst),
                 "expected_calls": [{"name": "convert_time", "arguments": {
                     "source_timezone": [src], "time": [f"{hh:02d}:{mm:02d}"], "target_timezone": [dst]}}]}
@@ -55,22 +63,24 @@ def _task(kind: str, rng: random.Random, split: str) -> dict | None:
         a, b = rng.randrange(100), rng.randrange(100)
         if heldout(a, b) != want:
             return None
-        return {"prompt": f"What is {a} plus {b}?" + SUFFIX, "answer": str(a + b),
+        return {"prompt": f"What is {a} plus {b}?", "answer": str(a + b),
                 "expected_calls": [{"name": "get-sum", "arguments": {"a": [a], "b": [b]}}]}
     if kind == "both":
         a = rng.randrange(12)
         b = rng.randrange(24 - a)
         src, dst = rng.sample(sorted(ZONES), 2)
-        if heldout(src, dst) != want:
+        if heldout(src, dst) != want or heldout(a, b) != want:
             return None
-        return {"prompt": f"Add {a} and {b} to get an hour H. At H:00 in {src}, what time is it in {dst}?" + SUFFIX,
+        return {"prompt": f'Add {a} and {b} to get an hour H. At H:00 in "{src}", what time is it in "{dst}"?',
                 "answer": _convert(a + b, 0, src, dst),
                 "expected_calls": [{"name": "get-sum", "arguments": {"a": [a], "b": [b]}},
                                    {"name": "convert_time", "arguments": {
                                        "source_timezone": [src], "time": [f"{a + b:02d}:00"],
                                        "target_timezone": [dst]}}]}
-    word = rng.choice(WORDS)
-    return {"prompt": f"Repeat the word {word!r} back to me. No tool is needed." + SUFFIX, "answer": word,
+    words = " ".join(rng.sample(WORDS, 2))
+    if heldout(words) != want:
+        return None
+    return {"prompt": f"Repeat the words {words!r} back to me. No tool is needed.", "answer": words,
             "expected_calls": []}
 
 

@@ -1,8 +1,9 @@
 """Plot held-out results of the multi-server walkthrough: per task kind, the share of correct answers and of exact
 tool calls (call_match; for `none` tasks: no call) with 95 % Wilson intervals, one bar per evaluated model.
 
-    python examples/multi_server/plot_results.py runs/multi_server/eval-tiny runs/multi_server/eval-sft \
-        --labels untrained SFT -o examples/multi_server/heldout.png
+    R=runs/multi_server
+    python examples/multi_server/plot_results.py $R/eval-tiny $R/eval-sft $R/eval-grpo \
+        --labels untrained SFT GRPO -o examples/multi_server/heldout.png
 """
 
 from __future__ import annotations

@@ -7,7 +7,11 @@ from pathlib import Path
 
 from toolgym.train.runstate import read_metrics
 
-DEFAULT_KEYS = ("reward", "metrics/win", "metrics/loss", "tool_call_valid", "completion_tokens", "clip_frac",
+# drawn when present: rewards, game results, the tool-call accuracy flags of the step's rollouts (and of the periodic
+# held-out eval), then the optimisation's own signals
+DEFAULT_KEYS = ("reward", "metrics/win", "metrics/loss", "tool_call_valid", "metrics/call_match", "metrics/abstain_ok",
+                "metrics/tool_parse_ok", "metrics/tool_name_ok", "metrics/tool_args_ok", "metrics/tool_exec_ok",
+                "eval/reward", "eval/metrics/call_match", "eval/metrics/abstain_ok", "completion_tokens", "clip_frac",
                 "drift_abs", "loss", "step_s")
 
 

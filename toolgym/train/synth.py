@@ -3,7 +3,9 @@ rollouts that pass the filters, export chat-with-tools rows (JSONL, optionally a
 
 Filters: `min_reward` (total reward), `drop_if` (names of reward functions / metrics whose value > 0 drops the
 rollout, e.g. `loss`), `require_valid` (every turn parsed, every call executed without error). Errored rollouts
-are always dropped.
+are always dropped. The returned summary (the CLI writes it next to the output: `data.summary.json`) carries the
+policy's `stats` as `policy_stats` when it has them, as eval's summary.json does (an OpenAI-compatible policy:
+requests, retries, failovers, endpoint_errors).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ async def synth(
     kept = [t for t in trajs if keep(t, min_reward, list(drop_if or []), require_valid)]
     write_rows([trajectory_row(t, tools) for t in kept], out, hf_out)
     errors = sum(1 for t in trajs if t.error)
-    return {"played": len(trajs), "kept": len(kept), "errors": errors,
-            "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs) - errors),
-            "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
+    res = {"played": len(trajs), "kept": len(kept), "errors": errors,
+           "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs) - errors),
+           "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
+    if hasattr(policy, "stats"):  # as in eval's summary.json: requests, retries, failovers, endpoint_errors
+        res["policy_stats"] = dict(policy.stats)
+    return res
