@@ -58,12 +58,21 @@ class GenOutput:
 
 
 class BatchQueue:
-    """Gathers concurrent requests into batches for a blocking `run_batch(list[GenRequest]) -> list[GenOutput]`."""
+    """Gathers concurrent requests into batches for a blocking `run_batch(list[GenRequest]) -> list[GenOutput]`.
 
-    def __init__(self, run_batch: Any, max_batch: int = 64, max_wait_s: float = 0.005):
+    After the first request it waits `max_wait_s`; then, if `live()` says how many sessions (rollouts) are alive and
+    fewer requests than that are queued, it keeps gathering until each live session has asked or `gather_s` has
+    passed since the first request. Multi-turn rollouts come back from their tool calls a few milliseconds apart;
+    without the wait each batch would hold whoever happened to be back (measured on tic-tac-toe games: 3.3 rows per
+    batch instead of 6.8), and the others would wait for that whole batch before the next one starts."""
+
+    def __init__(self, run_batch: Any, max_batch: int = 64, max_wait_s: float = 0.005,
+                 live: Any = None, gather_s: float = 0.0):
         self.run_batch = run_batch
         self.max_batch = max(1, int(max_batch))
         self.max_wait_s = max_wait_s
+        self.live = live
+        self.gather_s = max(0.0, float(gather_s))
         self.batch_sizes: list[int] = []
         self.batch_times: list[float] = []
         self.generated_tokens = 0
@@ -88,10 +97,16 @@ class BatchQueue:
     async def _work(self, q: asyncio.Queue) -> None:
         while True:
             batch = [await q.get()]
+            t_first = time.perf_counter()
             if self.max_wait_s > 0:
                 await asyncio.sleep(self.max_wait_s)
             else:
                 await asyncio.sleep(0)
+            if self.live is not None and self.gather_s > 0:  # lock-step turns: wait (bounded) for every live session
+                want = min(self.max_batch, int(self.live()))
+                while len(batch) + q.qsize() < want and time.perf_counter() - t_first < self.gather_s:
+                    await asyncio.sleep(0.001)
+                    want = min(self.max_batch, int(self.live()))
             while not q.empty() and len(batch) < self.max_batch:
                 batch.append(q.get_nowait())
             batch = [(r, f) for r, f in batch if not f.cancelled()]
@@ -156,6 +171,7 @@ class ModelPolicy(Policy):
         check_template: str | bool = "strict",
         max_batch: int = 64,
         batch_wait_s: float = 0.005,
+        batch_gather_s: float = 0.05,
         allowed_outputs: Any = None,
     ) -> None:
         self.renderer = renderer
@@ -167,7 +183,9 @@ class ModelPolicy(Policy):
         else:
             self.tool_format = get_format(tool_format)
         check_prefix_preservation(renderer, check_template)
-        self.queue = BatchQueue(self.generate_batch, max_batch=max_batch, max_wait_s=batch_wait_s)
+        self.live_sessions = 0  # sessions opened and not yet closed (rollouts in flight)
+        self.queue = BatchQueue(self.generate_batch, max_batch=max_batch, max_wait_s=batch_wait_s,
+                                live=lambda: self.live_sessions, gather_s=batch_gather_s)
         self._sessions = itertools.count()
 
     # -- backend hook --------------------------------------------------------------------------------------------
@@ -187,6 +205,7 @@ class ModelPolicy(Policy):
 
     # -- Policy ----------------------------------------------------------------------------------------------------
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
+        self.live_sessions += 1
         return ModelSession(self, tools, next(self._sessions))
 
     @property
@@ -205,6 +224,12 @@ class ModelSession(PolicySession):
         self.index = index
         self.turns = 0
         self.generate_s = 0.0
+        self.closed = False
+
+    async def aclose(self) -> None:
+        if not self.closed:  # the policy's batch gathering stops waiting for this session
+            self.closed = True
+            self.policy.live_sessions -= 1
 
     def _params(self) -> SamplingParams:
         p = self.policy.sampling

@@ -305,6 +305,7 @@ class HFPolicy(ModelPolicy):
 
     Options: temperature, top_p, top_k, max_tokens, seed, tool_format ("auto"|"hermes"|"pythonic"|"llama3"),
     device ("auto"|"cpu"|"cuda[:i]"), dtype ("auto"|"float32"|"bfloat16"|...), max_batch, batch_wait_s,
+    batch_gather_s (with several rollouts in flight, wait up to this long for all of them to ask before a batch),
     chat_template (inline text or .jinja path), template_kwargs (e.g. {"enable_thinking": False}),
     check_template ("strict"|"tools"|False), trust_remote_code, num_threads ("auto"|int),
     model / tokenizer (objects already loaded).
@@ -370,7 +371,7 @@ def _threads(model: Any, num_threads: int | str | None) -> int | None:
 
 _POLICY_OPTIONS = {
     "allowed_outputs", "temperature", "top_p", "top_k", "max_tokens", "seed", "tool_format", "check_template",
-    "max_batch", "batch_wait_s",
+    "max_batch", "batch_wait_s", "batch_gather_s",
 }
 
 

@@ -23,14 +23,15 @@ from toolgym.models.hf import load_chat_template
 
 _POLICY_OPTIONS = {
     "temperature", "top_p", "top_k", "max_tokens", "seed", "tool_format", "check_template", "max_batch", "batch_wait_s",
+    "batch_gather_s",
 }
 
 
 class VLLMPolicy(ModelPolicy):
     """`vllm:PATH_OR_NAME`. Options: those of `hf:` (temperature, top_p, top_k, max_tokens, seed, tool_format,
-    chat_template, template_kwargs, check_template, max_batch, batch_wait_s), dtype ("auto"; "float32" on CPU),
-    max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager, engine_kwargs (dict passed to
-    `vllm.LLM`)."""
+    chat_template, template_kwargs, check_template, max_batch, batch_wait_s, batch_gather_s), dtype ("auto";
+    "float32" on CPU), max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager, engine_kwargs (dict
+    passed to `vllm.LLM`)."""
 
     name = "vllm"
 
