@@ -77,6 +77,18 @@ def test_failover_to_live_endpoint(tmp_path: Path) -> None:
     assert stub.served == summary["policy_stats"]["requests"] - summary["policy_stats"]["endpoint_errors"]
 
 
+def test_an_overloaded_endpoint_fails_over_to_the_other(tmp_path: Path) -> None:
+    """An endpoint that answers HTTP 503 (overloaded; a stub model, no real server) is retried on the other endpoint:
+    that counts as a failover, though no transport error happened."""
+    with StubEndpoint(fail_first=10_000) as busy, StubEndpoint() as ok:
+        code, text = _eval("-n", "3", "-c", "1", "-m", "openai:stub", "--base-url", f"{busy.url},{ok.url}",
+                           "-o", str(tmp_path / "o"), "-a", "transport=inprocess", "--model-arg", "backoff_s=0.01")
+    assert code == 0, text
+    stats = json.loads((tmp_path / "o" / "summary.json").read_text())["policy_stats"]
+    assert busy.requests >= 1 and ok.served >= 3 and stats["endpoint_errors"] == 0
+    assert stats["failovers"] >= 1 and stats["failovers"] <= stats["retries"]
+
+
 def test_connect_failure_limit_is_set_from_the_command_line(tmp_path: Path) -> None:
     """`--model-arg max_connect_failures=N` reaches the policy: a refused endpoint listed before a live one stops the
     run at its first request with N=1 (the message counts the attempts), fails over and finishes with N=2, and N=0

@@ -142,8 +142,12 @@ class OpenAIPolicy(Policy):
             self._unavailable = None  # cool-down over: probe again
         last: str = ""
         tried: set[str] = set()
+        prev: str | None = None
         for attempt in range(self.max_retries + 1):
             ep = self._pick(tried if len(tried) < len(self.endpoints) else set())
+            if prev is not None and ep.url != prev:  # a retry sent elsewhere: after a dead endpoint or an HTTP 5xx/429
+                self.stats["failovers"] += 1
+            prev = ep.url
             ep.in_flight += 1
             ep.requests += 1
             self.stats["requests"] += 1
@@ -160,8 +164,6 @@ class OpenAIPolicy(Policy):
                 last = f"{ep.url}: {type(exc).__name__}: {exc}"
                 ep.down_until = time.monotonic() + self.cooldown_s
                 self.stats["endpoint_errors"] += 1
-                if len(self.endpoints) > 1:
-                    self.stats["failovers"] += 1
                 if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
                     self._connect_failed(last)
             finally:

@@ -97,7 +97,7 @@ def synth_cmd(
             _fail(f"{exc} (nothing was written to {out})" if not out.exists() else str(exc))
     console.print(f"kept [bold]{res['kept']}[/] of {res['played']} games (errors {res['errors']}; mean reward "
                   f"all {res['mean_reward_all']:.3f}, kept {res['mean_reward_kept']:.3f}) -> {out}")
-    (out.with_suffix(".summary.json")).write_text(json.dumps(res, indent=2))
+    (out.with_suffix(".summary.json")).write_text(json.dumps(res, indent=2, default=str))
 
 
 @app.command("sft")
