@@ -353,11 +353,14 @@ def _mean(steps: list[dict], key: str) -> float:
     return statistics.fmean(vals) if vals else float("nan")
 
 
+WORK_KEYS = ("sampled_tokens_per_step", "mcp_calls_per_step")
+
+
 def work_check(summary: dict[str, dict[str, float]], tolerance: float) -> dict[str, Any]:
     """Whether both sides did the same work: sampled tokens and MCP tool calls per step within `tolerance`
     (relative to the larger side). A ratio is printed only when `same_work` is true."""
     checks: dict[str, Any] = {}
-    for key in ("sampled_tokens_per_step", "mcp_calls_per_step"):
+    for key in WORK_KEYS:
         a, b = summary["toolgym"][key], summary["trl"][key]
         checks[key] = {"toolgym": a, "trl": b, "rel_diff": abs(a - b) / max(a, b, 1e-9)}
     same = all(c["rel_diff"] <= tolerance for c in checks.values()) and all(
@@ -406,7 +409,6 @@ def main_tictactoe(args: argparse.Namespace) -> None:
     res["summary"] = summary
     res["work_check"] = work_check(summary, args.tolerance)
     same = res["work_check"]["same_work"]
-    checks = {k: v for k, v in res["work_check"].items() if isinstance(v, dict)}
 
     t = Table(title=f"GRPO step on tic-tac-toe: {args.examples} prompts x {args.group} games, "
                     f"{args.steps} steps after {args.warmup} warm-up, 1 thread")
@@ -441,7 +443,8 @@ def main_tictactoe(args: argparse.Namespace) -> None:
                   f"{res['ratio_median_step']:.2f}; per step {per_step}) -- target <= 0.6")
     else:
         con.print(f"[bold red]not the same work[/] (tolerance {args.tolerance:.0%}): "
-                  + ", ".join(f"{k} toolgym {c['toolgym']:.1f} vs TRL {c['trl']:.1f}" for k, c in checks.items())
+                  + ", ".join(f"{k} toolgym {res['work_check'][k]['toolgym']:.1f} vs TRL "
+                              f"{res['work_check'][k]['trl']:.1f}" for k in WORK_KEYS)
                   + " -- no ratio printed")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2))

@@ -1,15 +1,15 @@
-"""Test helpers shared by the top-level tests: paths of the test servers and process bookkeeping for orphan checks."""
+"""Test helpers shared by the top-level tests: paths of the test servers, process bookkeeping for orphan checks, and
+the multi-server walkthrough's env with the skip mark for its third-party servers."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import importlib.util
-import shutil
 
 import psutil
 import pytest
