@@ -183,6 +183,8 @@ def bench_toolgym_ttt(model: Path, env: Any, args: argparse.Namespace, tmp: Path
         ok = [t for t in trajs if t.error is None]
         steps.append({"generate_s": q["generate_s"], "sampled_tokens": q["generated_tokens"],
                       "gen_batches": q["batches"], "gen_rows": q["requests"],
+                      "decode_steps": q.get("decode_steps", 0), "mean_decode_rows": q.get("mean_decode_rows", 0.0),
+                      "prefill_s": q.get("prefill_s", 0.0),
                       "mcp_calls": sum(len(t.calls) for t in trajs),
                       "mcp_call_latency_sum_s": sum(c.latency_s for t in trajs for c in t.calls),
                       "setup_scoring_sum_s": sum(t.timings.get("setup_s", 0) + t.timings.get("scoring_s", 0)
@@ -368,6 +370,21 @@ def work_check(summary: dict[str, dict[str, float]], tolerance: float) -> dict[s
     return {"tolerance": tolerance, "same_work": same, **checks}
 
 
+def paired_ratio_ci(a: list[float], b: list[float], n: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of mean(a) / mean(b), resampling the paired steps (the same tasks on
+    both sides, so step difficulty cancels out)."""
+    import random
+
+    rng = random.Random(seed)
+    k = len(a)
+    ratios = []
+    for _ in range(n):
+        idx = [rng.randrange(k) for _ in range(k)]
+        ratios.append(sum(a[i] for i in idx) / sum(b[i] for i in idx))
+    ratios.sort()
+    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
+
+
 def main_tictactoe(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -403,6 +420,11 @@ def main_tictactoe(args: argparse.Namespace) -> None:
         summary[side]["gen_batches_per_step"] = _mean(steps, "gen_batches")
         summary[side]["gen_mean_batch"] = (sum(s["gen_rows"] for s in steps)
                                            / max(sum(s["gen_batches"] for s in steps), 1))
+    # toolgym's continuous batching: rows per decode step (TRL's generate keeps every row of a call in each step)
+    summary["toolgym"]["decode_steps_per_step"] = _mean(tg, "decode_steps")
+    summary["toolgym"]["mean_decode_rows"] = (sum(s.get("mean_decode_rows", 0) * s.get("decode_steps", 0) for s in tg)
+                                              / max(sum(s.get("decode_steps", 0) for s in tg), 1))
+    summary["toolgym"]["prefill_s"] = _mean(tg, "prefill_s")
     summary["trl"]["trl_tool_calls_per_step"] = _mean(tr, "trl_tool_calls")
     for k in ("reset_s", "tool_loop_minus_generate_s", "rewards_s"):
         summary["trl"][k] = _mean(tr, k)
@@ -431,6 +453,10 @@ def main_tictactoe(args: argparse.Namespace) -> None:
     for label, key, fmt in rows:
         t.add_row(label, fmt.format(summary["toolgym"][key]), fmt.format(summary["trl"][key]))
     t.add_row("TRL tool calls / step (incl. after game over)", "", f"{summary['trl']['trl_tool_calls_per_step']:.1f}")
+    tgs = summary["toolgym"]
+    t.add_row("toolgym decode steps / step (rows per step)", f"{tgs['decode_steps_per_step']:.0f} "
+              f"({tgs['mean_decode_rows']:.1f})", "")
+    t.add_row("toolgym prefill s (in generation s)", f"{tgs['prefill_s']:.2f}", "")
     con = Console()
     con.print(t)
     if same:  # both sides play the same tasks in the same steps: the mean is the paired, whole-run ratio
@@ -438,9 +464,11 @@ def main_tictactoe(args: argparse.Namespace) -> None:
         res["ratio_toolgym_over_trl"] = ratio
         res["ratio_median_step"] = summary["toolgym"]["median_step_s"] / summary["trl"]["median_step_s"]
         res["ratio_per_step"] = [a["step_s"] / b["step_s"] for a, b in zip(tg, tr, strict=True)]
+        lo, hi = paired_ratio_ci([a["step_s"] for a in tg], [b["step_s"] for b in tr])
+        res["ratio_ci95"] = [lo, hi]
         per_step = ", ".join(f"{x:.2f}" for x in res["ratio_per_step"])
-        con.print(f"ratio toolgym / TRL step time = {ratio:.2f} (mean step; median step "
-                  f"{res['ratio_median_step']:.2f}; per step {per_step}) -- target <= 0.6")
+        con.print(f"ratio toolgym / TRL step time = {ratio:.2f} (mean step, 95 % CI {lo:.2f}-{hi:.2f} over the paired "
+                  f"steps; median step {res['ratio_median_step']:.2f}; per step {per_step}) -- target <= 0.6")
     else:
         con.print(f"[bold red]not the same work[/] (tolerance {args.tolerance:.0%}): "
                   + ", ".join(f"{k} toolgym {res['work_check'][k]['toolgym']:.1f} vs TRL "

@@ -1,8 +1,10 @@
 """Test helpers shared by the top-level tests: paths of the test servers, process bookkeeping for orphan checks, and
-the multi-server walkthrough's env with the skip mark for its third-party servers."""
+the multi-server walkthrough's env with the skip mark for its third-party servers, and tic-tac-toe games of a model
+policy (`run_env`, `legal_moves`) for the engine tests."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import shutil
@@ -99,3 +101,35 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.1)
+
+
+def legal_moves(messages):  # type: ignore[no-untyped-def]
+    """Constrain the random model to canonical `<think>` + make_move(free cell) turns: it still samples the cell."""
+    from toolgym_tictactoe import board_from_messages
+
+    from toolgym.models.formats import HermesFormat
+
+    board = board_from_messages(messages) or "." * 9
+    fmt = HermesFormat()
+    return [
+        fmt.render_turn(None, [{"name": "make_move", "arguments": {"position": p}}], reasoning=f"I play {p}.")
+        for p, c in enumerate(board) if c == "."
+    ]
+
+
+def run_env(policy, n: int, concurrency: int, max_turns: int | None = None):  # type: ignore[no-untyped-def]
+    from toolgym.registry import load_env
+    from toolgym.rollout import run_rollouts
+
+    env = load_env("tictactoe", transport="inprocess")
+    if max_turns is not None:
+        env.max_turns = max_turns
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with env:
+            jobs = [(i, 0, t) for i, t in enumerate(env.build_dataset(n, seed=0))]
+            trajs = await run_rollouts(env, policy, jobs, concurrency=concurrency)
+        await policy.aclose()
+        return trajs
+
+    return env, asyncio.run(go())

@@ -14,45 +14,15 @@ from toolgym.models.chat import (
     check_prefix_preservation,
     tokenize_conversation,
 )
-from toolgym.models.formats import HermesFormat
 from toolgym.models.hf import HFPolicy
 from toolgym.models.tiny import CHAT_TEMPLATE, TTT_TOOLS
+from tg_testutil import legal_moves, run_env
 
 
 def fresh_logprobs(model, ids: list[int], temperature: float = 1.0) -> list[float]:  # type: ignore[no-untyped-def]
     with torch.no_grad():
         lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float() / temperature, -1)
     return [0.0] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]
-
-
-def legal_moves(messages):  # type: ignore[no-untyped-def]
-    """Constrain the random model to canonical `<think>` + make_move(free cell) turns: it still samples the cell."""
-    from toolgym_tictactoe import board_from_messages
-
-    board = board_from_messages(messages) or "." * 9
-    fmt = HermesFormat()
-    return [
-        fmt.render_turn(None, [{"name": "make_move", "arguments": {"position": p}}], reasoning=f"I play {p}.")
-        for p, c in enumerate(board) if c == "."
-    ]
-
-
-def run_env(policy, n: int, concurrency: int, max_turns: int | None = None):  # type: ignore[no-untyped-def]
-    from toolgym.registry import load_env
-    from toolgym.rollout import run_rollouts
-
-    env = load_env("tictactoe", transport="inprocess")
-    if max_turns is not None:
-        env.max_turns = max_turns
-
-    async def go():  # type: ignore[no-untyped-def]
-        async with env:
-            jobs = [(i, 0, t) for i, t in enumerate(env.build_dataset(n, seed=0))]
-            trajs = await run_rollouts(env, policy, jobs, concurrency=concurrency)
-        await policy.aclose()
-        return trajs
-
-    return env, asyncio.run(go())
 
 
 def test_tiny_model_reloads_and_is_deterministic(tiny_dir, tmp_path):  # type: ignore[no-untyped-def]

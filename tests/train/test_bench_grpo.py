@@ -43,6 +43,16 @@ def test_work_check_passes_only_for_the_same_work() -> None:
     assert check(_summary((1000, 1400), (20, 20)), 0.5)["same_work"] is True
 
 
+def test_paired_ratio_interval_covers_the_ratio_and_narrows_with_steps() -> None:
+    ci = _bench().paired_ratio_ci
+    a, b = [5.0, 9.0, 6.0, 8.0], [10.0, 15.0, 9.0, 14.0]  # step times vary a lot; the paired ratio much less
+    lo, hi = ci(a, b)
+    assert lo <= sum(a) / sum(b) <= hi and 0.5 < lo < hi < 0.7
+    lo2, hi2 = ci(a * 4, b * 4)
+    assert hi2 - lo2 < hi - lo
+    assert ci([1.0, 1.0], [2.0, 2.0]) == (0.5, 0.5)
+
+
 @pytest.mark.slow
 def test_tictactoe_benchmark_sides_do_the_same_work(tmp_path: Path) -> None:
     pytest.importorskip("trl")
@@ -56,4 +66,7 @@ def test_tictactoe_benchmark_sides_do_the_same_work(tmp_path: Path) -> None:
     assert wc["mcp_calls_per_step"]["toolgym"] > 0 and wc["sampled_tokens_per_step"]["trl"] > 0
     assert wc["same_work"] is True, wc
     assert res["ratio_toolgym_over_trl"] > 0 and "ratio toolgym / TRL step time" in proc.stdout
+    lo, hi = res["ratio_ci95"]
+    assert lo <= res["ratio_toolgym_over_trl"] <= hi
+    assert res["summary"]["toolgym"]["decode_steps_per_step"] > 0  # continuous batching's decode steps recorded
     assert len(res["toolgym"]["steps"]) == len(res["trl"]["steps"]) == 2

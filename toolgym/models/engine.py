@@ -3,7 +3,9 @@
 A backend implements one blocking method, `generate_batch(requests) -> outputs` (token ids in, sampled token ids
 and logprobs out). `BatchQueue` gathers concurrent `act` calls of many rollouts into one such call: the first
 request waits `max_wait_s` for company, everything queued by then (up to `max_batch`) runs together in a worker
-thread, and requests arriving meanwhile form the next batch. Batch sizes are recorded (`stats()`).
+thread, and requests arriving meanwhile form the next batch. Batch sizes are recorded (`stats()`). A backend that
+can also add rows to a running decode (`continuous_stepper()`, the transformers engine) gets `ContinuousQueue`
+instead: requests join the running batch at the next token and each returns as soon as its row ends.
 
 `ModelPolicy` (base of `HFPolicy` and `VLLMPolicy`) renders prompts with the tokenizer's chat template, tracks the
 exact tokens of each rollout (`toolgym.models.chat.TokenTracker`), parses tool calls with the chosen
@@ -94,38 +96,45 @@ class BatchQueue:
         self._ensure().put_nowait((req, fut))
         return await fut
 
+    async def _gather(self, q: asyncio.Queue) -> list[tuple[GenRequest, asyncio.Future]]:
+        """Wait for a first request, then for company (see the class docstring); the batch, cancelled ones dropped."""
+        batch = [await q.get()]
+        t_first = time.perf_counter()
+        if self.max_wait_s > 0:
+            await asyncio.sleep(self.max_wait_s)
+        else:
+            await asyncio.sleep(0)
+        if self.live is not None and self.gather_s > 0:  # lock-step turns: wait (bounded) for every live session
+            want = min(self.max_batch, int(self.live()))
+            while len(batch) + q.qsize() < want and time.perf_counter() - t_first < self.gather_s:
+                await asyncio.sleep(0.001)
+                want = min(self.max_batch, int(self.live()))
+        while not q.empty() and len(batch) < self.max_batch:
+            batch.append(q.get_nowait())
+        return [(r, f) for r, f in batch if not f.cancelled()]
+
     async def _work(self, q: asyncio.Queue) -> None:
         while True:
-            batch = [await q.get()]
-            t_first = time.perf_counter()
-            if self.max_wait_s > 0:
-                await asyncio.sleep(self.max_wait_s)
-            else:
-                await asyncio.sleep(0)
-            if self.live is not None and self.gather_s > 0:  # lock-step turns: wait (bounded) for every live session
-                want = min(self.max_batch, int(self.live()))
-                while len(batch) + q.qsize() < want and time.perf_counter() - t_first < self.gather_s:
-                    await asyncio.sleep(0.001)
-                    want = min(self.max_batch, int(self.live()))
-            while not q.empty() and len(batch) < self.max_batch:
-                batch.append(q.get_nowait())
-            batch = [(r, f) for r, f in batch if not f.cancelled()]
+            batch = await self._gather(q)
             if not batch:
                 continue
-            t0 = time.perf_counter()
-            try:
-                outs = await asyncio.to_thread(self.run_batch, [r for r, _ in batch])
-            except Exception as e:  # hand the error to every waiting rollout
-                for _, f in batch:
-                    if not f.done():
-                        f.set_exception(e)
-                continue
-            self.batch_times.append(time.perf_counter() - t0)
-            self.batch_sizes.append(len(batch))
-            self.generated_tokens += sum(len(o.token_ids) for o in outs)
-            for (_, f), o in zip(batch, outs):
+            await self._run_static(batch)
+
+    async def _run_static(self, batch: list[tuple[GenRequest, asyncio.Future]]) -> None:
+        t0 = time.perf_counter()
+        try:
+            outs = await asyncio.to_thread(self.run_batch, [r for r, _ in batch])
+        except Exception as e:  # hand the error to every waiting rollout
+            for _, f in batch:
                 if not f.done():
-                    f.set_result(o)
+                    f.set_exception(e)
+            return
+        self.batch_times.append(time.perf_counter() - t0)
+        self.batch_sizes.append(len(batch))
+        self.generated_tokens += sum(len(o.token_ids) for o in outs)
+        for (_, f), o in zip(batch, outs):
+            if not f.done():
+                f.set_result(o)
 
     def stats(self) -> dict[str, float]:
         n = len(self.batch_sizes)
@@ -153,6 +162,109 @@ class BatchQueue:
         self._worker = None
 
 
+class ContinuousUnsupported(RuntimeError):
+    """The backend cannot add rows to a running batch (e.g. a sliding-window or convolution KV cache)."""
+
+
+class ContinuousQueue(BatchQueue):
+    """Continuous batching: rows join and leave a running decode batch at token boundaries.
+
+    `stepper.run_until(admit, drop, should_yield)` (run in a worker thread) prefills the admitted `(tag, request)`
+    rows into the running batch, forgets the dropped tags, and decodes one token per step for every row until a row
+    finishes or `should_yield()` says requests are waiting; it returns the finished `(tag, GenOutput)` pairs and
+    `{"steps": decode steps, "rows": rows summed over them}`. A finished row's rollout resumes at once (its tool
+    call runs while the others decode) and its next turn joins the batch at the next token boundary, instead of
+    waiting for the longest row of a static batch: on multi-turn games the static batch spends most decode steps
+    on a few long rows. When nothing is running the first batch is gathered as `BatchQueue` does. A backend that
+    raises `ContinuousUnsupported` (before touching its state) falls back to static batches for good."""
+
+    def __init__(self, stepper: Any, run_batch: Any, **kwargs: Any):
+        super().__init__(run_batch, **kwargs)
+        self.stepper = stepper
+        self.continuous = True
+        self.decode_steps = 0
+        self.decode_rows = 0
+        self.prefill_s = 0.0
+        self.prefill_tokens = self.reused_tokens = 0
+
+    async def _work(self, q: asyncio.Queue) -> None:
+        await asyncio.to_thread(self.stepper.reset)  # rows of a worker that was cancelled mid-batch
+        running: dict[int, asyncio.Future] = {}
+        tags = itertools.count()
+        cap = self.max_batch
+
+        def should_yield() -> bool:  # read from the worker thread: asyncio.Queue.qsize is a len()
+            return q.qsize() > 0 and self.stepper.running() < cap
+
+        while True:
+            if not self.continuous:
+                batch = await self._gather(q)
+                if batch:
+                    await self._run_static(batch)
+                continue
+            if running:
+                batch = []
+                while not q.empty() and len(running) + len(batch) < cap:
+                    batch.append(q.get_nowait())
+                batch = [(r, f) for r, f in batch if not f.cancelled()]
+            else:
+                batch = await self._gather(q)
+                if not batch:
+                    continue
+            admit = [(next(tags), r, f) for r, f in batch]
+            drop = [t for t, f in running.items() if f.cancelled()]  # timed-out rollouts stop costing compute
+            for t in drop:
+                running.pop(t)
+            for t, _, f in admit:
+                running[t] = f
+            t0 = time.perf_counter()
+            try:
+                done, st = await asyncio.to_thread(self.stepper.run_until, [(t, r) for t, r, _ in admit], drop,
+                                                   should_yield)
+            except ContinuousUnsupported:
+                self.continuous = False
+                for t, _, _ in admit:
+                    running.pop(t)
+                await self._run_static([(r, f) for _, r, f in admit])
+                continue
+            except Exception as e:  # hand the error to every rollout in the batch; the next batch starts afresh
+                for f in running.values():
+                    if not f.done():
+                        f.set_exception(e)
+                running.clear()
+                await asyncio.to_thread(self.stepper.reset)
+                continue
+            self.batch_times.append(time.perf_counter() - t0)
+            if admit:
+                self.batch_sizes.append(len(admit))
+            self.decode_steps += st["steps"]
+            self.decode_rows += st["rows"]
+            self.prefill_s += st.get("prefill_s", 0.0)
+            self.prefill_tokens += st.get("prefill_tokens", 0)
+            self.reused_tokens += st.get("reused_tokens", 0)
+            for t, o in done:
+                f = running.pop(t, None)
+                self.generated_tokens += len(o.token_ids)
+                if f is not None and not f.done():
+                    f.set_result(o)
+
+    def stats(self) -> dict[str, float]:
+        """`BatchQueue.stats` (batches = admissions, each one prefill) plus decode steps and mean rows per step."""
+        st = super().stats()
+        st["decode_steps"] = self.decode_steps
+        st["mean_decode_rows"] = self.decode_rows / self.decode_steps if self.decode_steps else 0.0
+        st["prefill_s"] = self.prefill_s
+        st["prefill_tokens"] = self.prefill_tokens
+        st["reused_tokens"] = self.reused_tokens  # prompt tokens whose KV came from the conversation's last turn
+        return st
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        self.decode_steps = self.decode_rows = 0
+        self.prefill_s = 0.0
+        self.prefill_tokens = self.reused_tokens = 0
+
+
 class ModelPolicy(Policy):
     """Base of the local token-level backends (subclasses set `self.renderer` and implement `generate_batch`)."""
 
@@ -173,6 +285,7 @@ class ModelPolicy(Policy):
         batch_wait_s: float = 0.005,
         batch_gather_s: float = 0.05,
         allowed_outputs: Any = None,
+        batching: str = "static",
     ) -> None:
         self.renderer = renderer
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
@@ -184,13 +297,22 @@ class ModelPolicy(Policy):
             self.tool_format = get_format(tool_format)
         check_prefix_preservation(renderer, check_template)
         self.live_sessions = 0  # sessions opened and not yet closed (rollouts in flight)
-        self.queue = BatchQueue(self.generate_batch, max_batch=max_batch, max_wait_s=batch_wait_s,
-                                live=lambda: self.live_sessions, gather_s=batch_gather_s)
+        if batching not in ("static", "continuous"):
+            raise ValueError(f"batching must be 'static' or 'continuous', not {batching!r}")
+        stepper = self.continuous_stepper() if batching == "continuous" else None
+        qargs = {"max_batch": max_batch, "max_wait_s": batch_wait_s, "live": lambda: self.live_sessions,
+                 "gather_s": batch_gather_s}
+        self.queue: BatchQueue = (ContinuousQueue(stepper, self.generate_batch, **qargs) if stepper is not None
+                                  else BatchQueue(self.generate_batch, **qargs))
         self._sessions = itertools.count()
 
     # -- backend hook --------------------------------------------------------------------------------------------
     def generate_batch(self, requests: list[GenRequest]) -> list[GenOutput]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def continuous_stepper(self) -> Any:
+        """The backend's `run_until` stepper for `ContinuousQueue`, or None (static batches only)."""
+        return None
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None

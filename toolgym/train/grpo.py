@@ -308,7 +308,7 @@ class GRPOTrainer:
                 rec = {"step": self.step, **rollout_metrics(trajs), **st, "lr": _lr_of(self.sched),
                        "rollout_s": t1 - t0, "train_s": t2 - t1,
                        "gen_tokens_per_s": gen["generated_tokens"] / max(gen["generate_s"], 1e-9),
-                       "gen_mean_batch": gen["mean_batch_size"], "sync_s": sync_s}
+                       "gen_mean_batch": gen.get("mean_decode_rows") or gen["mean_batch_size"], "sync_s": sync_s}
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0
