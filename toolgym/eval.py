@@ -11,74 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
+from toolgym.journal import drop_torn_lines, first_finished, read_results
 from toolgym.policy import Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
 from toolgym.types import Trajectory
-
-
-def read_results(path: Path) -> dict[tuple[int, int], Trajectory]:
-    """Finished trajectories in a results.jsonl, last record per (example, rollout) wins; torn lines skipped."""
-    done: dict[tuple[int, int], Trajectory] = {}
-    if not path.exists():
-        return done
-    with path.open() as f:
-        for line in f:
-            try:
-                t = Trajectory.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError, KeyError):
-                continue
-            done[(t.example_id, t.rollout_index)] = t
-    return done
-
-
-def drop_torn_lines(path: Path, keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
-    """Rewrite a JSONL file without the lines that are not a JSON object (the torn last line of a killed writer) and,
-    given `keep`, without the objects `keep` rejects (called on each object in file order), atomically (temp file +
-    rename), so the file stays strict JSONL for pandas / datasets. Returns lines dropped."""
-    if not path.exists():
-        return 0
-    good, dropped = [], 0
-    for line in path.read_text().splitlines():
-        try:
-            obj = json.loads(line)
-            ok = isinstance(obj, dict) and (keep is None or keep(obj))
-        except json.JSONDecodeError:
-            ok = False
-        if ok:
-            good.append(line)
-        else:
-            dropped += 1
-    if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in good))
-        os.replace(tmp, path)
-    return dropped
-
-
-def first_finished() -> Callable[[dict[str, Any]], bool]:
-    """A `drop_torn_lines` filter for a resumed run: keeps the first error-free, readable record of each (example,
-    rollout) and drops error records (their rollouts run again and append the record that supersedes them)."""
-    seen: set[tuple[int, int]] = set()
-
-    def keep(rec: dict[str, Any]) -> bool:
-        try:
-            t = Trajectory.from_dict(rec)
-        except (TypeError, KeyError):
-            return False
-        key = (t.example_id, t.rollout_index)
-        if t.error is not None or key in seen:
-            return False
-        seen.add(key)
-        return True
-
-    return keep
 
 
 async def evaluate(

@@ -58,18 +58,22 @@ def synth_cmd(
     env_arg: list[str] = typer.Option([], "-a", "--env-arg", help="Env argument key=value (repeatable)."),
     teacher_arg: list[str] = typer.Option([], "--teacher-arg", help="Teacher policy option key=value (repeatable), e.g. mistake_prob=0.3."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL for openai: teachers."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an unfinished run from its journal "
+                                "(OUT's .games.jsonl): keep its finished games, play the rest."),
 ) -> None:
-    """Play a teacher through an env, filter by reward, export a chat-with-tools dataset."""
+    """Play a teacher through an env, filter by reward, export a chat-with-tools dataset. Each finished game is
+    journaled next to OUT (OUT's stem + .games.jsonl) until OUT is written, so a killed run can --resume."""
     import asyncio
 
     from toolgym.policy import PolicyUnavailable, load_policy
     from toolgym.registry import load_env, parse_env_args
-    from toolgym.train.synth import synth
+    from toolgym.train.synth import journal_path, synth
 
     if num_examples < 0 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set) and -c >= 1")
     try:
-        env = load_env(env_name, **parse_env_args(env_name, env_arg))
+        env_args = parse_env_args(env_name, env_arg)
+        env = load_env(env_name, **env_args)
         opts = {"seed": seed, **_kv(teacher_arg)}
         if base_url:
             opts["base_url"] = base_url
@@ -77,6 +81,9 @@ def synth_cmd(
     except (ValueError, TypeError, ImportError, OSError) as exc:
         _fail(str(exc))
     tasks = env.build_dataset(num_examples or None, seed=seed)
+    run_info = {"env": env_name, "teacher": teacher, "seed": seed, "env_args": env_args,
+                "teacher_args": _kv(teacher_arg)}
+    journal = journal_path(out)
     with _progress() as prog:
         bar = prog.add_task("teacher games", total=len(tasks), info="")
 
@@ -84,17 +91,22 @@ def synth_cmd(
             try:
                 await policy.preflight()  # an endpoint that refuses connections: one error, no data file
                 return await synth(env, policy, tasks, out, hf_out, min_reward, drop_if, require_valid, concurrency,
-                                   on_done=lambda t: prog.advance(bar))
+                                   on_done=lambda t: prog.advance(bar), resume=resume, run_info=run_info)
             finally:
                 await env.aclose()
                 await policy.aclose()
 
+        kept = f"; the finished games are kept in {journal}: re-run with --resume to play the rest"
         try:
             res = asyncio.run(go())
-        except KeyError as exc:
+        except KeyError as exc:  # a --drop-if name the env does not have: every game is in the journal
+            _fail(f"{exc.args[0]}{kept if journal.exists() else ''}")
+        except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
         except PolicyUnavailable as exc:
-            _fail(f"{exc} (nothing was written to {out})" if not out.exists() else str(exc))
+            _fail(f"{exc}{kept if journal.exists() else f' (nothing was written to {out})'}")
+        except KeyboardInterrupt:
+            _fail(f"interrupted{kept if journal.exists() else ''}")
     console.print(f"kept [bold]{res['kept']}[/] of {res['played']} games (errors {res['errors']}; mean reward "
                   f"all {res['mean_reward_all']:.3f}, kept {res['mean_reward_kept']:.3f}) -> {out}")
     (out.with_suffix(".summary.json")).write_text(json.dumps(res, indent=2, default=str))

@@ -6,13 +6,21 @@ rollout, e.g. `loss`), `require_valid` (every turn parsed, every call executed w
 are always dropped. The returned summary (the CLI writes it next to the output: `data.summary.json`) carries the
 policy's `stats` as `policy_stats` when it has them, as eval's summary.json does (an OpenAI-compatible policy:
 requests, retries, failovers, endpoint_errors).
+
+Every finished game is appended to a journal next to the output (`data.games.jsonl` for `data.jsonl`: its first
+line says what was run, then one trajectory per line, flushed as each game ends). A crashed, killed or interrupted
+run keeps its games there, and `resume=True` (`toolgym synth --resume`) plays only the rest (errored games again);
+the filters apply to all games at the end, so they may change between the runs. The data file is written
+atomically once every game is played, and the journal is then removed.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from toolgym.journal import drop_torn_lines, first_finished, read_results
 from toolgym.train.data import trajectory_row, write_rows
 from toolgym.types import Trajectory
 
@@ -34,6 +42,34 @@ def keep(traj: Trajectory, min_reward: float | None, drop_if: list[str], require
     return True
 
 
+def journal_path(out: Path) -> Path:
+    """Where a synth run writing `out` keeps its games until the data file is written."""
+    return out.with_name(out.stem + ".games.jsonl")
+
+
+def _open_journal(journal: Path, info: dict[str, Any], resume: bool) -> dict[tuple[int, int], Trajectory]:
+    """The finished games of an earlier run (resume), after checking it played the same tasks; a fresh journal
+    otherwise."""
+    if not journal.exists():
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        journal.write_text(json.dumps({"synth_run": info}, default=str) + "\n")
+        return {}
+    if not resume:
+        raise FileExistsError(f"{journal} holds the games of an unfinished synth run: pass --resume to continue it, "
+                              "or delete it to start again")
+    try:
+        old = json.loads(journal.open().readline()).get("synth_run", {})
+    except (json.JSONDecodeError, AttributeError):
+        old = {}
+    info = json.loads(json.dumps(info, default=str))  # compare as written
+    diff = {k: (old.get(k), v) for k, v in info.items() if old.get(k) != v}
+    if diff:
+        raise ValueError(f"--resume: {journal} is of a different run; differences (old, new): {diff}")
+    finished = first_finished()
+    drop_torn_lines(journal, lambda rec: "synth_run" in rec or finished(rec))
+    return read_results(journal)
+
+
 async def synth(
     env: Any,
     policy: Any,
@@ -45,16 +81,36 @@ async def synth(
     require_valid: bool = False,
     concurrency: int = 8,
     on_done: Any = None,
+    resume: bool = False,
+    run_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from toolgym.rollout import run_rollouts
+    """Play `tasks`, filter, write `out`. `run_info` (env, teacher, seed, env args) is recorded in the journal and
+    must match on `resume`."""
+    from toolgym.rollout import iter_rollouts
 
+    journal = journal_path(out)
+    info = {**(run_info or {}), "n": len(tasks)}
+    results = _open_journal(journal, info, resume)
+    resumed = len(results)
+    for t in results.values():
+        if on_done:
+            on_done(t)
+    jobs = [(i, 0, t) for i, t in enumerate(tasks) if (i, 0) not in results]
     await env.start()
-    trajs = await run_rollouts(env, policy, [(i, 0, t) for i, t in enumerate(tasks)], concurrency, on_done)
+    with journal.open("a") as f:
+        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+            results[(traj.example_id, traj.rollout_index)] = traj
+            f.write(json.dumps(traj.to_dict(), default=str) + "\n")
+            f.flush()
+            if on_done:
+                on_done(traj)
+    trajs = [results[k] for k in sorted(results)]
     tools = env.model_tools()
     kept = [t for t in trajs if keep(t, min_reward, list(drop_if or []), require_valid)]
     write_rows([trajectory_row(t, tools) for t in kept], out, hf_out)
+    journal.unlink()  # the data file holds what the games were for
     errors = sum(1 for t in trajs if t.error)
-    res = {"played": len(trajs), "kept": len(kept), "errors": errors,
+    res = {"played": len(trajs), "kept": len(kept), "errors": errors, "resumed": resumed,
            "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs) - errors),
            "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
     if hasattr(policy, "stats"):  # as in eval's summary.json: requests, retries, failovers, endpoint_errors
