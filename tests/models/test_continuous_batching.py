@@ -94,6 +94,22 @@ def test_a_continued_conversation_reuses_its_kv_and_matches(policy):  # type: ig
     _same(third, policy.engine.generate_batch([GenRequest(third_prompt, params)])[0])
 
 
+def test_parked_kv_budget_zero_prefills_every_turn_and_negative_is_refused(tiny_dir):  # type: ignore[no-untyped-def]
+    pol = HFPolicy(str(tiny_dir), temperature=1.0, max_tokens=20, seed=0, parked_kv_mb=0)
+    p0 = _prompts(pol, 1, seed=4)[0]
+    params = SamplingParams(temperature=1.0, max_tokens=20, seed=1)
+
+    async def two_turns() -> None:
+        a = await pol.queue.submit(GenRequest(p0, params))
+        await pol.queue.submit(GenRequest(p0 + a.token_ids + [5, 6, 7], params))
+        await pol.aclose()
+
+    asyncio.run(two_turns())
+    assert pol.stats["reused_tokens"] == 0 and pol.stats["requests"] == 2
+    with pytest.raises(ValueError, match="parked_kv_mb"):
+        HFPolicy(str(tiny_dir), parked_kv_mb=-1)
+
+
 def test_tictactoe_games_are_identical_under_static_and_continuous_batching(tiny_dir):  # type: ignore[no-untyped-def]
     traces = {}
     for mode in ("static", "continuous"):

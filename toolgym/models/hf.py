@@ -495,7 +495,7 @@ class HFEngine:
                                     if self._finished(r, outs[j], bud)])
 
     # -- parked rows: a finished row's KV, kept for the same conversation's next turn --------------------------
-    PARKED_BYTES = 256 * 2**20  # KV kept for conversations to continue (least recently parked dropped first)
+    PARKED_BYTES = 256 * 2**20  # KV kept for conversations to continue (oldest dropped first; HFPolicy parked_kv_mb)
 
     def _weights_version(self) -> int:
         """Changes whenever a parameter is modified in place (optimizer step, load_state_dict): parked KV computed
@@ -640,7 +640,8 @@ class HFPolicy(ModelPolicy):
     device ("auto"|"cpu"|"cuda[:i]"), dtype ("auto"|"float32"|"bfloat16"|...), max_batch, batch_wait_s,
     batch_gather_s (with several rollouts in flight, wait up to this long for all of them to ask before a batch),
     batching ("continuous": rows join and leave the running decode batch, the default; "static": one batch at a
-    time, each running until its longest row ends),
+    time, each running until its longest row ends), parked_kv_mb (finished turns' KV kept for the conversation's
+    next turn, continuous batching; 0 = off),
     chat_template (inline text or .jinja path), template_kwargs (e.g. {"enable_thinking": False}),
     check_template ("strict"|"tools"|False), trust_remote_code, num_threads ("auto"|int),
     model / tokenizer (objects already loaded).
@@ -660,6 +661,7 @@ class HFPolicy(ModelPolicy):
         template_kwargs: dict[str, Any] | None = None,
         trust_remote_code: bool = False,
         num_threads: int | str | None = "auto",
+        parked_kv_mb: float = 256,
         **options: Any,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -681,6 +683,9 @@ class HFPolicy(ModelPolicy):
         renderer.stop_ids = sorted(stop)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.stop_ids[0]
         self.engine = HFEngine(model, pad, renderer.stop_ids, num_threads=_threads(model, num_threads))
+        if parked_kv_mb < 0:
+            raise ValueError(f"parked_kv_mb must be >= 0, not {parked_kv_mb}")
+        self.engine.PARKED_BYTES = int(parked_kv_mb * 2**20)
         options = {k: v for k, v in options.items() if k in _POLICY_OPTIONS}
         options.setdefault("batching", "continuous")
         super().__init__(renderer, **options)
