@@ -153,3 +153,15 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
     assert "toolgym eval" in (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+
+
+def _results_table(text: str) -> str:
+    start = text.index("| what (measured")
+    return text[start : text.index("\n\n", start)]
+
+
+def test_site_home_shows_the_readme_results() -> None:
+    """docs/index.md repeats the README's results table (links relative to docs/): a number updated in one place
+    only would leave the other stale."""
+    readme = _results_table((ROOT / "README.md").read_text()).replace("](docs/", "](")
+    assert _results_table((ROOT / "docs" / "index.md").read_text()) == readme

@@ -68,5 +68,7 @@ def test_tictactoe_benchmark_sides_do_the_same_work(tmp_path: Path) -> None:
     assert res["ratio_toolgym_over_trl"] > 0 and "ratio toolgym / TRL step time" in proc.stdout
     lo, hi = res["ratio_ci95"]
     assert lo <= res["ratio_toolgym_over_trl"] <= hi
+    tok = res["summary"]["toolgym"]["sampled_tokens_per_step"] / res["summary"]["trl"]["sampled_tokens_per_step"]
+    assert res["ratio_per_sampled_token"] == pytest.approx(res["ratio_toolgym_over_trl"] / tok)
     assert res["summary"]["toolgym"]["decode_steps_per_step"] > 0  # continuous batching's decode steps recorded
     assert len(res["toolgym"]["steps"]) == len(res["trl"]["steps"]) == 2
