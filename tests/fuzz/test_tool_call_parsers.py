@@ -232,7 +232,8 @@ def test_openai_responses_with_any_arguments_parse_heavy(data):
 def pythonic_sources(draw) -> str:
     """A list of calls as a model might lay it out: unicode strings, line breaks (\\n, \\r\\n, \\r) between items."""
     items = []
-    for name, args in draw(st.lists(st.tuples(names, st.dictionaries(names, literal_values, max_size=3)), max_size=6)):
+    ident = names.filter(lambda n: not keyword.iskeyword(n))  # a keyword is no Python name (a format limit, below)
+    for name, args in draw(st.lists(st.tuples(ident, st.dictionaries(ident, literal_values, max_size=3)), max_size=6)):
         items.append(f"{name}(" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) + ")")
     seps = [draw(st.sampled_from([", ", ",\n", ",\r\n  ", ",\r", " ,  "])) for _ in items]
     return "[" + "".join(i + s for i, s in zip(items, seps)).rstrip(" ,\r\n") + "]"
