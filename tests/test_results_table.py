@@ -1,0 +1,51 @@
+"""`examples/tictactoe/results_table.py` on eval folders laid out as the recipe's `run.sh` writes them, made by real
+`toolgym eval` runs of scripted players through the tic-tac-toe MCP server: the optimal player's row reads 100 %
+optimal on the held-out positions and no losses, the random player's row less, with pooled games over both seeds."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from toolgym.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("results_table", ROOT / "examples" / "tictactoe" / "results_table.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _eval(out: Path, player: str, *args: str) -> None:
+    res = CliRunner().invoke(app, ["eval", "tictactoe", "-m", f"scripted:{player}", "-c", "8", "-a",
+                                   "transport=inprocess", *args, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+
+
+def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    ev = tmp_path / "eval"
+    for player in ("minimax", "random"):
+        _eval(ev / f"{player}-positions-heldout", player, "-n", "0", "-a", "task=move", "-a", "split=heldout")
+        for seed in ("12345", "777"):
+            for opp, p in (("random", "1.0"), ("optimal", "0.0")):
+                _eval(ev / f"{player}-games-{opp}-{seed}", player, "-n", "6", "--seed", seed,
+                      "-a", f"min_random_move_prob={p}", "-a", f"max_random_move_prob={p}")
+    mod = _table_module()
+    assert mod.models(tmp_path) == ["minimax", "random"]
+    mod.main([str(tmp_path)])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| minimax") or line.startswith("| random")}
+    best, rand = rows["minimax"], rows["random"]
+    assert best[0].startswith("100.0 (") and best[1].startswith("100.0 (")  # held-out optimal, legal
+    assert best[2] == best[3] == "-"  # no whole-set eval in this folder
+    w, d, loss = map(float, best[5].split("/"))  # vs optimal: draws only
+    assert loss == 0.0 and abs(w + d + loss - 100.0) < 0.2
+    assert best[6].startswith("100.0 (")  # every call valid
+    assert float(re.match(r"[\d.]+", rand[0]).group()) < 80.0  # a random mover is seldom optimal
