@@ -94,6 +94,33 @@ def test_a_continued_conversation_reuses_its_kv_and_matches(policy):  # type: ig
     _same(third, policy.engine.generate_batch([GenRequest(third_prompt, params)])[0])
 
 
+def test_conversations_continued_together_extend_their_kv_in_one_forward(policy):  # type: ignore[no-untyped-def]
+    """Two parked conversations of different lengths continue in the same admission (one batched forward over
+    their new tokens, which differ in length too): each matches generating it alone."""
+    eng = policy.engine
+    p_short, p_long = _prompts(policy, 2, seed=7)[0], _prompts(policy, 1, seed=0)[0] + [9] * 120
+    params = [SamplingParams(temperature=1.0, max_tokens=12, seed=s) for s in (1, 2)]
+
+    def run(items: list[tuple[int, GenRequest]]) -> dict[int, GenOutput]:
+        done: dict[int, GenOutput] = {}
+        out, _ = eng.run_until(items, [], lambda: False)
+        done.update(out)
+        while eng.running():
+            out, _ = eng.run_until([], [], lambda: False)
+            done.update(out)
+        return done
+
+    first = run([(0, GenRequest(p_short, params[0])), (1, GenRequest(p_long, params[1]))])
+    follow = [p_short + first[0].token_ids + [5, 6, 7], p_long + first[1].token_ids + list(range(20, 60))]
+    calls = []
+    real = eng._extend
+    eng._extend = lambda items: calls.append(len(items)) or real(items)  # type: ignore[method-assign]
+    second = run([(k, GenRequest(follow[k], params[k])) for k in (0, 1)])
+    assert calls == [2]
+    for k in (0, 1):
+        _same(second[k], eng.generate_batch([GenRequest(follow[k], params[k])])[0])
+
+
 def test_parked_kv_budget_zero_prefills_every_turn_and_negative_is_refused(tiny_dir):  # type: ignore[no-untyped-def]
     pol = HFPolicy(str(tiny_dir), temperature=1.0, max_tokens=20, seed=0, parked_kv_mb=0)
     p0 = _prompts(pol, 1, seed=4)[0]

@@ -389,7 +389,9 @@ class HFEngine:
     # Position ids are per row (from its own token count), and the attention mask hides columns a row does not own,
     # so results match a solo forward. A finished row's slot is filled by the last row (one row's KV copied).
 
-    SLACK_COLUMNS = 256  # spare columns per (re)allocation: rows join without moving the batch until they run out
+    # spare columns per (re)allocation, right for decoding and left for longer prompts joining: rows join without
+    # moving the batch until they run out (attention only reads the live window, so empty columns cost memory only)
+    SLACK_COLUMNS = 512
 
     def running(self) -> int:
         return len(self._rows)
@@ -448,16 +450,19 @@ class HFEngine:
         if version != self._parked_version:
             self._parked.clear()
             self._parked_version = version
-        plain = []
+        plain, hits = [], []
         for j, (_, r, _) in enumerate(new):
             hit = self._take_parked(r.prompt_ids)
             if hit is None:
                 plain.append(j)
                 self._counts["prefill_tokens"] += len(r.prompt_ids)
             else:
-                parts[j] = self._extend(hit, r.prompt_ids)
+                hits.append((j, hit))
                 self._counts["prefill_tokens"] += len(r.prompt_ids) - len(hit[0])
                 self._counts["reused_tokens"] += len(hit[0])
+        if hits:
+            for (j, _), part in zip(hits, self._extend([(hit, new[j][1].prompt_ids) for j, hit in hits])):
+                parts[j] = part
         if plain:
             out, attn, _ = self._prefill([new[j][1].prompt_ids for j in plain])
             past = out.past_key_values
@@ -526,24 +531,45 @@ class HFEngine:
                 best = x
         return None if best is None else self._parked.pop(best)[0]
 
-    def _extend(self, entry: Any, prompt: list[int]) -> tuple[Any, Any, Any, Any]:
-        """Run the prompt's tokens past a parked row's KV: (keys, values, mask, last logits) of the whole prompt."""
+    def _extend(self, items: list[tuple[Any, list[int]]]) -> list[tuple[Any, Any, Any, Any]]:
+        """Run each prompt's new tokens past its parked row's KV, all rows in one forward: per row (keys, values,
+        mask, last logits) of the whole prompt. Each row's parked KV is right-aligned in the batch's past and its new
+        tokens left-padded, so the pads are holes the mask hides; leading columns no row of its own uses are cut."""
         torch = self.torch
         from transformers.cache_utils import DynamicCache
 
-        key, ks, vs, m = entry
-        cache = DynamicCache()
-        for li, (k, v) in enumerate(zip(ks, vs)):
-            cache.update(k, v, li)
         dev = self.device
-        delta = torch.tensor([prompt[len(key) :]], dtype=torch.long, device=dev)
-        mask = torch.cat([m, torch.ones(delta.shape[1], dtype=m.dtype, device=dev)])
-        pos = torch.arange(len(key), len(prompt), device=dev)[None]
+        b = len(items)
+        Lp = max(entry[3].shape[0] for entry, _ in items)
+        Ld = max(len(prompt) - len(entry[0]) for entry, prompt in items)
+        ids = torch.full((b, Ld), self.pad_id, dtype=torch.long, device=dev)
+        pos = torch.zeros((b, Ld), dtype=torch.long, device=dev)
+        mask = torch.zeros((b, Lp + Ld), dtype=torch.bool, device=dev)
+        cache = DynamicCache()
+        for li in range(len(items[0][0][1])):
+            k0 = items[0][0][1][li]
+            keys = k0.new_zeros(b, k0.shape[1], Lp, k0.shape[3])
+            values = k0.new_zeros(b, k0.shape[1], Lp, k0.shape[3])
+            for r, ((_, ks, vs, m), _) in enumerate(items):
+                keys[r, :, Lp - m.shape[0] :] = ks[li][0]
+                values[r, :, Lp - m.shape[0] :] = vs[li][0]
+            cache.update(keys, values, li)
+        for r, ((key, _, _, m), prompt) in enumerate(items):
+            d = len(prompt) - len(key)
+            mask[r, Lp - m.shape[0] : Lp] = m
+            mask[r, Lp + Ld - d :] = True
+            ids[r, Ld - d :] = torch.tensor(prompt[len(key) :], dtype=torch.long)
+            pos[r, Ld - d :] = torch.arange(len(key), len(prompt))
         keep = {"logits_to_keep": 1} if self._keeps_logits else {}
-        out = self.model(input_ids=delta, attention_mask=mask[None], position_ids=pos, past_key_values=cache,
-                         use_cache=True, **keep)
-        past = out.past_key_values
-        return [la.keys for la in past.layers], [la.values for la in past.layers], mask, out.logits[0, -1]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                         **keep)
+        layers = out.past_key_values.layers
+        res = []
+        for r, ((_, _, _, m), _) in enumerate(items):
+            a = Lp - m.shape[0]
+            res.append(([la.keys[r : r + 1, :, a:] for la in layers], [la.values[r : r + 1, :, a:] for la in layers],
+                        mask[r, a:], out.logits[r, -1]))
+        return res
 
     def _make_room(self, b: int, W: int, keys: list[Any], budget: int) -> None:
         """Slots for `b` more rows and columns for a `W`-wide prefill right-aligned at e plus every row's remaining
@@ -556,7 +582,7 @@ class HFEngine:
         cols = self._kb[0].shape[2] if self._kb else 0
         if self._kb and n + b <= slots and self._e >= W and self._e + rem <= cols:
             return
-        new_e = max(span, W)
+        new_e = max(span, W) + self.SLACK_COLUMNS
         slots2 = max(n + b, slots if n + b <= slots else 2 * slots, 4)
         cols2 = new_e + rem + self.SLACK_COLUMNS
         off = new_e - span  # the live window moves to [off, new_e)
