@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
-from toolgym.journal import drop_torn_lines, first_finished, read_results
+from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
 from toolgym.policy import Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
@@ -44,8 +44,7 @@ async def evaluate(
         info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
         if resume and run_file.exists():
             old = json.loads(run_file.read_text())
-            diff = {k: (old.get(k), v) for k, v in info.items() if k in ("env", "model", "n", "rollouts_per_example",
-                                                                        "env_args", "seed") and old.get(k) != v}
+            diff = run_differences(old, info, ("env", "model", "n", "rollouts_per_example", "env_args", "seed"))
             if diff:
                 raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
         elif not resume and (out_dir / "results.jsonl").exists():

@@ -69,3 +69,11 @@ def first_finished() -> Callable[[dict[str, Any]], bool]:
         return True
 
     return keep
+
+
+def run_differences(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...] | None = None
+                    ) -> dict[str, tuple[Any, Any]]:
+    """What a resumed run would change: `{key: (old, new)}` for the `keys` of `new` (all of them by default) whose
+    value differs from the recorded run's, compared as JSON would store them."""
+    new = json.loads(json.dumps(new, default=str))
+    return {k: (old.get(k), v) for k, v in new.items() if (keys is None or k in keys) and old.get(k) != v}

@@ -182,10 +182,7 @@ class ContinuousQueue(BatchQueue):
         super().__init__(run_batch, **kwargs)
         self.stepper = stepper
         self.continuous = True
-        self.decode_steps = 0
-        self.decode_rows = 0
-        self.prefill_s = 0.0
-        self.prefill_tokens = self.reused_tokens = 0
+        self.reset_stats()  # the decode / prefill counters
 
     async def _work(self, q: asyncio.Queue) -> None:
         await asyncio.to_thread(self.stepper.reset)  # rows of a worker that was cancelled mid-batch

@@ -16,6 +16,7 @@ the current weights without any copy).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import random
 import threading
@@ -69,19 +70,26 @@ def shared_prefix_len(rows: Any, attn: Any | None = None) -> int:
     return int(diff[0]) if len(diff) else rows.shape[1]
 
 
-def expand_prefix_cache(past: Any, batch: int) -> bool:
-    """Make a one-row KV cache (of a shared prefix) serve `batch` rows, as a broadcast view (the next forward's
-    concatenation materialises it; autograd sums the rows' gradients back into the prefix). Only plain
-    `DynamicLayer` caches qualify -- sliding-window, convolution (LFM2) or offloaded caches return False and the
-    caller runs the full forward instead."""
+def _plain_dynamic(past: Any) -> bool:
+    """Whether `past` is a plain `DynamicCache` of `DynamicLayer`s -- the only cache whose keys/values the engine
+    reshapes (prefix broadcast, preallocation, continuous batching); sliding-window, convolution (LFM2) or offloaded
+    caches are not."""
     try:
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:  # pragma: no cover - older transformers
         return False
     layers = getattr(past, "layers", None)
-    if type(past) is not DynamicCache or not layers or any(type(la) is not DynamicLayer for la in layers):
+    return type(past) is DynamicCache and bool(layers) and all(type(la) is DynamicLayer for la in layers)
+
+
+def expand_prefix_cache(past: Any, batch: int) -> bool:
+    """Make a one-row KV cache (of a shared prefix) serve `batch` rows, as a broadcast view (the next forward's
+    concatenation materialises it; autograd sums the rows' gradients back into the prefix). Only plain
+    `DynamicLayer` caches qualify -- sliding-window, convolution (LFM2) or offloaded caches return False and the
+    caller runs the full forward instead."""
+    if not _plain_dynamic(past):
         return False
-    for la in layers:
+    for la in past.layers:
         la.keys = la.keys.expand(batch, *la.keys.shape[1:])
         la.values = la.values.expand(batch, *la.values.shape[1:])
     return True
@@ -91,18 +99,15 @@ def preallocate_cache(past: Any, extra: int) -> bool:
     """Give each plain `DynamicLayer` of `past` room for `extra` more positions, written in place: a decode step
     then appends one token instead of concatenating (copying) the whole cache, which was a fifth of the sampling
     time of a tic-tac-toe batch. Returns False (cache untouched) for any other cache type."""
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer
-    except ImportError:  # pragma: no cover - older transformers
+    if not _plain_dynamic(past):
         return False
-    layers = getattr(past, "layers", None)
-    if type(past) is not DynamicCache or not layers or any(type(la) is not DynamicLayer for la in layers):
-        return False
-    past.layers = [_PreallocatedLayer(la.keys, la.values, extra) for la in layers]
+    past.layers = [_prealloc_layer_class()(la.keys, la.values, extra) for la in past.layers]
     return True
 
 
+@functools.cache
 def _prealloc_layer_class() -> Any:
+    """The layer class, built on first use (transformers is imported lazily)."""
     from transformers.cache_utils import DynamicLayer
 
     class PreallocatedLayer(DynamicLayer):
@@ -137,17 +142,9 @@ def _prealloc_layer_class() -> Any:
     return PreallocatedLayer
 
 
-def _PreallocatedLayer(keys: Any, values: Any, extra: int) -> Any:  # noqa: N802 - a lazily built class
-    global _PREALLOC_CLS
-    if _PREALLOC_CLS is None:
-        _PREALLOC_CLS = _prealloc_layer_class()
-    return _PREALLOC_CLS(keys, values, extra)
-
-
-_PREALLOC_CLS: Any = None
-
-
+@functools.cache
 def _slot_layer_class() -> Any:
+    """The layer class, built on first use (transformers is imported lazily)."""
     from transformers.cache_utils import DynamicLayer
 
     class SlotLayer(DynamicLayer):
@@ -172,18 +169,6 @@ def _slot_layer_class() -> Any:
             return self.keys, self.values
 
     return SlotLayer
-
-
-_SLOT_CLS: Any = None
-
-
-def _plain_dynamic(past: Any) -> bool:
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer
-    except ImportError:  # pragma: no cover - older transformers
-        return False
-    layers = getattr(past, "layers", None)
-    return type(past) is DynamicCache and bool(layers) and all(type(la) is DynamicLayer for la in layers)
 
 
 @dataclass
@@ -601,13 +586,10 @@ class HFEngine:
                 r.start += off - self._s
         self._kb, self._vb, self._mask = kb2, vb2, mask2
         self._s, self._e = (off if n else new_e), new_e
-        global _SLOT_CLS
-        if _SLOT_CLS is None:
-            _SLOT_CLS = _slot_layer_class()
         from transformers.cache_utils import DynamicCache
 
         self._cache = DynamicCache()
-        self._cache.layers = [_SLOT_CLS(k, v) for k, v in zip(kb2, vb2)]
+        self._cache.layers = [_slot_layer_class()(k, v) for k, v in zip(kb2, vb2)]
 
     def _step(self) -> list[tuple[int, GenOutput]]:
         torch = self.torch

@@ -30,7 +30,6 @@ CKPT_DIR = "checkpoints"
 def load_model(cfg: Any, path: str | None = None) -> tuple[Any, Any, bool]:
     """(model, tokenizer, is_lora) from `path` (default cfg.model); LoRA wraps it when cfg.lora is set.
     `path` may be a checkpoint's model/ folder holding an adapter."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from toolgym.models.hf import resolve_device_dtype

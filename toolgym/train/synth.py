@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolgym.journal import drop_torn_lines, first_finished, read_results
+from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
 from toolgym.train.data import trajectory_row, write_rows
 from toolgym.types import Trajectory
 
@@ -61,8 +61,7 @@ def _open_journal(journal: Path, info: dict[str, Any], resume: bool) -> dict[tup
         old = json.loads(journal.open().readline()).get("synth_run", {})
     except (json.JSONDecodeError, AttributeError):
         old = {}
-    info = json.loads(json.dumps(info, default=str))  # compare as written
-    diff = {k: (old.get(k), v) for k, v in info.items() if old.get(k) != v}
+    diff = run_differences(old, info)
     if diff:
         raise ValueError(f"--resume: {journal} is of a different run; differences (old, new): {diff}")
     finished = first_finished()
