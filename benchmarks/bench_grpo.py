@@ -152,7 +152,7 @@ def _ttt_env_and_check(model: Path) -> tuple[Any, dict]:
         obs = probe.reset(**row)
         trl_ids = tok.apply_chat_template(row["prompt"][:-1] + [{"role": "user", "content": obs}], tools=methods,
                                           add_generation_prompt=True, tokenize=True, return_dict=False)
-        tg_ids = tok.apply_chat_template(probe._initial, tools=schemas, add_generation_prompt=True, tokenize=True,
+        tg_ids = tok.apply_chat_template(tg.episode_of(probe).messages, tools=schemas, add_generation_prompt=True, tokenize=True,
                                          return_dict=False)
     env = load_env("tictactoe", **TTT_ENV_ARGS)
     env.model_tools = lambda: json.loads(json.dumps(schemas))  # what the model sees; validation stays MCP's schema
@@ -268,11 +268,12 @@ def bench_trl_ttt(model: Path, args: argparse.Namespace, tmp: Path) -> dict:
             t0 = time.perf_counter()
             out = super()._calculate_rewards(*a, **k)
             add("rewards_s", time.perf_counter() - t0)
-            envs = self.environments or []
-            add("mcp_calls", sum(len(e._records) for e in envs))
-            add("mcp_call_latency_sum_s", sum(c.latency_s for e in envs for c in e._records))
-            add("games_over", sum(bool(e._done) for e in envs))
-            scores = [e._score[2] for e in envs if e._score is not None]
+            live = {id(tg.episode_of(e)) for e in self.environments or []}
+            rollouts = [(ep, score) for ep, score in tg.episodes() if id(ep) in live]
+            add("mcp_calls", sum(len(ep.calls) for ep, _ in rollouts))
+            add("mcp_call_latency_sum_s", sum(c.latency_s for ep, _ in rollouts for c in ep.calls))
+            add("games_over", sum(ep.done and ep.stop_reason != "max_turns" for ep, _ in rollouts))
+            scores = [score[2] for _, score in rollouts if score is not None]
             cur["reward"] = statistics.fmean(scores) if scores else float("nan")
             return out
 

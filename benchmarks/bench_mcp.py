@@ -32,11 +32,11 @@ async def full_stack(transport: str, games: int, concurrency: int) -> dict[str, 
         tasks = env.build_dataset(games, seed=1)
         await run_rollouts(env, policy, [(i, 0, t) for i, t in enumerate(tasks[:10])], concurrency)  # warm-up
         provider: SessionProvider = env.provider  # type: ignore[assignment]
-        before = provider._shared.calls if provider._shared else 0
+        before = provider.shared.calls if provider.shared else 0
         t0 = time.perf_counter()
         trajs = await run_rollouts(env, policy, [(i, 0, t) for i, t in enumerate(tasks)], concurrency)
         wall = time.perf_counter() - t0
-        calls = (provider._shared.calls if provider._shared else 0) - before
+        calls = (provider.shared.calls if provider.shared else 0) - before
     errors = sum(1 for t in trajs if t.error)
     return {"games_per_s": games / wall, "calls": calls, "ms_per_call": 1000 * wall / calls, "errors": errors}
 
@@ -45,7 +45,7 @@ async def bare(transport: str, games: int, concurrency: int) -> dict[str, float]
     env = load_env("tictactoe", transport=transport)  # only for its ServerSpec
     provider = SessionProvider(env.server, "shared")  # type: ignore[arg-type]
     session: MCPSession = await provider.acquire()
-    client = session._client
+    client = session.client
     tasks = env.build_dataset(games, seed=1)
     n_calls = 0
 

@@ -46,7 +46,7 @@ async def bare(n: int, concurrency: int) -> dict[str, float]:
     env = load_env("tictactoe", task="move", transport="inprocess")  # only for its ServerSpec and tasks
     provider = SessionProvider(env.server, "shared")  # type: ignore[arg-type]
     session = await provider.acquire()
-    client = session._client
+    client = session.client
     tasks = env.build_dataset(n, seed=5)
 
     async def one(task: dict) -> None:

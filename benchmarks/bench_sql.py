@@ -87,7 +87,7 @@ async def bench_mcp(srv, n: int, sessions: int) -> tuple[dict[str, float], dict[
         warm = []
         for _ in range(5 if getattr(backend, "pool_size", 0) else 0):
             t0 = time.perf_counter()
-            while backend._ready.qsize() < backend.pool_size and time.perf_counter() - t0 < 30:
+            while backend.ready < backend.pool_size and time.perf_counter() - t0 < 30:
                 await anyio.sleep(0.05)
             t = time.perf_counter()
             r = await c.call_tool("open_session", {})

@@ -16,10 +16,11 @@ from tg_testutil import children, flaky_command, wait_no_new_children
 from toolgym_tictactoe import TicTacToeEnv, _minimax_player
 
 from toolgym import AssistantTurn, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
-from toolgym.mcp_bridge import free_port
+from toolgym.sandbox import free_port
 from toolgym.policies.openai_http import parse_completion
 from toolgym.policies.scripted import call
-from toolgym.rollout import MAX_ARG_CHARS, run_rollouts
+from toolgym.episode import MAX_ARG_CHARS
+from toolgym.rollout import run_rollouts
 
 
 def _raw_call(name: str, arguments: str) -> AssistantTurn:

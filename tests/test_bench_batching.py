@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_bench_batching_runs_and_checks_the_traces(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_batching.py"), "--games", "4",

@@ -135,3 +135,68 @@ def test_bad_task_file_and_missing_config(tmp_path: Path) -> None:
         load_env(str(path)).build_dataset()
     with pytest.raises(FileNotFoundError, match="not found"):
         load_env(str(tmp_path / "missing.toml"))
+
+
+HIDDEN = f"""
+name = "flaky-hidden"
+[server]
+command = [{json.dumps(__import__("sys").executable)}, {json.dumps(str(FLAKY))}]
+scope = "shared"
+[env]
+max_turns = 3
+hidden_tools = ["crash", "hang", "pid", "log", "write_file", "list_files", "echo"]
+[env.state]
+slot = "key-{{key}}"
+[env.hidden_args]
+set_value = {{ key = "slot" }}
+get_value = {{ key = "stamp" }}
+[[setup]]
+tool = "echo"
+arguments = {{ text = "stamp-{{key}}" }}
+save = "stamp"
+[tasks]
+path = "tasks.jsonl"
+[[rewards]]
+type = "tool_result"
+name = "stored"
+tool = "get_value"
+args = {{key = "key-{{key}}"}}
+field = "value"
+weight = 1.0
+"""
+
+
+def test_config_hidden_args_come_from_env_state_and_saved_setup_results(tmp_path: Path) -> None:
+    """`[env.hidden_args]` removes the arguments from the model's schema and fills them from `[env.state]` (task
+    fields filled in) and from a `[[setup]]` call's `save`; the server receives them."""
+    path = _write(tmp_path, HIDDEN)
+    env = load_env(str(path))
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        i = memory.setdefault("i", 0)
+        memory["i"] += 1
+        if i == 0:
+            return AssistantTurn(tool_calls=[call("set_value", value=memory["task"]["value"]), call("get_value")])
+        return AssistantTurn(content="done")
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with env:
+            schemas = {t["function"]["name"]: t["function"]["parameters"] for t in env.model_tools()}
+            trajs = await run_rollouts(env, ScriptedPolicy(act), [(i, 0, t) for i, t in enumerate(TASKS)])
+        return schemas, trajs
+
+    import asyncio
+
+    schemas, trajs = asyncio.run(go())
+    assert set(schemas["set_value"]["properties"]) == {"value"} and schemas["get_value"].get("properties") == {}
+    for t, task in zip(trajs, TASKS, strict=True):
+        assert t.error is None, t.error
+        assert t.rewards["stored"] == 1.0  # set_value got key = state["slot"] = "key-<task key>"
+        assert t.info["slot"] == f"key-{task['key']}" and t.info["stamp"] == f"stamp-{task['key']}"
+        assert t.calls[1].result == ""  # get_value(key=state["stamp"]): nothing stored under the stamp
+
+
+def test_a_hidden_arg_without_a_state_key_is_an_error_at_load(tmp_path: Path) -> None:
+    path = _write(tmp_path, HIDDEN.replace('set_value = { key = "slot" }', 'set_value = { key = "slots" }'))
+    with pytest.raises(ValueError, match=r"env\.toml:\d+: .*env\.hidden_args\.set_value: no state key 'slots'"):
+        load_env(str(path))

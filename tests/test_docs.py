@@ -144,6 +144,7 @@ def test_cli_reference_is_generated_from_the_app() -> None:
     assert "--num-examples" in text and "--max-concurrency" in text and "Usage: toolgym eval" in text
 
 
+@pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]'; setup.sh does)")

@@ -243,6 +243,7 @@ def test_unreachable_endpoint_fails_the_run_at_once(tmp_path: Path) -> None:
     assert not (tmp_path / "d.jsonl").exists()
 
 
+@pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_endpoint_dying_mid_run_stops_it_and_resume_completes_it(tmp_path: Path) -> None:
     """A real local endpoint serves a few games, then stops listening: the run stops with PolicyUnavailable after
     `max_connect_failures` refused connections (not one error per remaining rollout); a new endpoint on the same

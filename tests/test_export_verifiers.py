@@ -13,123 +13,11 @@ stdio) and its scorer all run for real; the assertions read the rewards verifier
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
-import time
-import uuid
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("TOOLGYM_VERIFIERS_VENV", ROOT / ".venv-verifiers"))
-VF_EVAL = VENV / "bin" / "vf-eval"
-TIME_ENV = ROOT / "examples" / "third_party_time" / "env.toml"
-
-needs_venv = pytest.mark.skipif(
-    not VF_EVAL.exists(), reason=f"{VENV} missing: run scripts/setup_verifiers_venv.sh (verifiers pins mcp==2.0.0)"
-)
-needs_time_server = pytest.mark.skipif(
-    not (Path(sys.executable).parent / "mcp-server-time").exists() and os.system("command -v mcp-server-time >/dev/null"),
-    reason="mcp-server-time not installed (pip install -e '.[examples]')",
-)
-
-Plan = Callable[[list[dict[str, Any]]], dict[str, Any]]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
-
-
-class ScriptedEndpoint:
-    """`POST /v1/chat/completions` answered by `plan(messages) -> {"content", "tool_calls": [(name, args)]}`."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.requests: list[dict[str, Any]] = []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _json(self, obj: Any) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # /v1/models
-                self._json({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                endpoint.requests.append(req)
-                reply = plan(req.get("messages", []))
-                calls = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
-                          "function": {"name": n, "arguments": json.dumps(a)}} for n, a in reply.get("tool_calls", [])]
-                finish = "tool_calls" if calls else "stop"
-                base = {"id": f"chatcmpl-{uuid.uuid4().hex[:8]}", "created": int(time.time()),
-                        "model": req.get("model", "scripted")}
-                usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-                if not req.get("stream"):
-                    msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content", "")}
-                    if calls:
-                        msg["tool_calls"] = calls
-                    self._json({**base, "object": "chat.completion", "usage": usage,
-                                "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                chunk = {**base, "object": "chat.completion.chunk"}
-                delta: dict[str, Any] = {"role": "assistant", "content": reply.get("content", "")}
-                if calls:
-                    delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
-                for obj in ({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
-                            {**chunk, "choices": [], "usage": usage}):
-                    self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def vf_eval(out: Path, pkg: str, n: int, endpoint: ScriptedEndpoint, tmp: Path) -> list[dict[str, Any]]:
-    """Run verifiers' own eval on the exported package; return its episodes ordered by task index."""
-    env = {**os.environ, "PYTHONPATH": str(out), "SCRIPTED_KEY": "unused", "PYTHONUNBUFFERED": "1"}
-    env.pop("PRIME_API_KEY", None)
-    cmd = [str(VF_EVAL), pkg, "-n", str(n), "--model", "scripted", "--client.base-url", endpoint.url,
-           "--client.api-key-var", "SCRIPTED_KEY", "--env.agent.runtime.type", "subprocess", "--no-push", "--no-rich",
-           "-o", str(tmp / "outputs"), "-c", "2"]
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    traces = list((tmp / "outputs").glob("*/traces.jsonl"))
-    assert len(traces) == 1, (traces, proc.stdout[-3000:])
-    episodes = [json.loads(line) for line in traces[0].read_text().splitlines() if line.strip()]
-    return sorted(episodes, key=lambda e: e["task"]["data"]["idx"])
-
-
-def _scores(episode: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
-    trace = episode["traces"][0]
-    assert not trace["errors"], trace["errors"]
-    return {k: v["score"] for k, v in trace["rewards"].items()}, trace["metrics"]
-
+from vf_testutil import TIME_ENV, ScriptedEndpoint, needs_time_server, needs_venv, text_of, vf_eval, vf_scores
 
 @needs_time_server
 def test_export_writes_a_verifiers_package(tmp_path: Path) -> None:
@@ -163,7 +51,7 @@ def test_time_env_under_vf_eval(tmp_path: Path) -> None:
     tasks = [json.loads(x)["task"] for x in (pkg_dir / "tasks.jsonl").read_text().splitlines()]
 
     def plan(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        user = next(_text(m["content"]) for m in messages if m["role"] == "user")
+        user = next(text_of(m["content"]) for m in messages if m["role"] == "user")
         i = next(i for i, t in enumerate(tasks) if t["prompt"] == user)
         called = any(m["role"] == "tool" for m in messages)
         expected = {k: v[0] for k, v in tasks[i]["expected_calls"][0]["arguments"].items()}
@@ -186,15 +74,15 @@ def test_time_env_under_vf_eval(tmp_path: Path) -> None:
     tool_names = {t.get("function", t).get("name") for r in endpoint.requests for t in r.get("tools") or []}
     assert tool_names == {"convert_time"}
 
-    r0, m0 = _scores(episodes[0])
+    r0, m0 = vf_scores(episodes[0])
     assert r0 == {"correct": 1.0}
     assert m0["call_match"] == 1.0 and m0["used_tool"] == 1.0 and m0["acc_tool_exec_ok"] == 1.0
 
-    r1, m1 = _scores(episodes[1])
+    r1, m1 = vf_scores(episodes[1])
     assert r1 == {"correct": 0.0}
     assert m1["used_tool"] == 0.0 and m1["call_match"] == 0.0 and "acc_tool_exec_ok" not in m1
 
-    r2, m2 = _scores(episodes[2])
+    r2, m2 = vf_scores(episodes[2])
     assert r2 == {"correct": 1.0}
     assert m2["used_tool"] == 0.0 and m2["call_match"] == 0.0
     assert m2["acc_tool_name_ok"] == 1.0 and m2["acc_tool_exec_ok"] == 0.0  # the server's error reached the scorer
@@ -216,7 +104,7 @@ def test_tictactoe_under_vf_eval(tmp_path: Path) -> None:
     act = _minimax_player(0.0, seed=0)
 
     def plan(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        msgs = [{**m, "content": _text(m.get("content"))} for m in messages]
+        msgs = [{**m, "content": text_of(m.get("content"))} for m in messages]
         last_tool = next((m["content"] for m in reversed(msgs) if m["role"] == "tool"), "")
         if "Game over" in last_tool:
             return {"content": "Good game."}
@@ -235,7 +123,7 @@ def test_tictactoe_under_vf_eval(tmp_path: Path) -> None:
                      if t.get("function", t).get("name") == "make_move")
     assert "game_id" not in json.dumps(make_move)  # the hidden argument is not in the schema the model sees
     for episode in episodes:
-        rewards, metrics = _scores(episode)
+        rewards, metrics = vf_scores(episode)
         assert rewards == {"outcome": 0.5, "format_ok": 1.0, "invalid_move_penalty": 0.0}, (rewards, metrics)
         assert metrics["draw"] == 1.0 and metrics["invalid_moves"] == 0.0 and metrics["moves"] >= 4
         assert metrics["acc_tool_exec_ok"] == 1.0

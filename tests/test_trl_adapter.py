@@ -53,9 +53,9 @@ def test_trl_env_contract() -> None:
         obs = e.reset(**rows[0])
         task = json.loads(rows[0]["toolgym_task"])
         assert obs == task["prompt"]
-        out = tg._loop.run(e.convert_time(**_reference(task)))
+        out = tg.run(e.convert_time(**_reference(task)))
         assert task["answer"] in out
-        bad = tg._loop.run(e.convert_time(source_timezone="Nowhere/City", time="01:00", target_timezone="UTC"))
+        bad = tg.run(e.convert_time(source_timezone="Nowhere/City", time="01:00", target_timezone="UTC"))
         assert bad.startswith("Error")
         completion = [
             {"role": "assistant", "content": "",
@@ -98,13 +98,13 @@ def test_trl_env_tictactoe_hidden_args_and_stop() -> None:
             assert board is not None, text
             cell = g.best_moves(board, "X")[0]
             call = {"type": "function", "function": {"name": "make_move", "arguments": {"position": cell}}}
-            text = tg._loop.run(e.make_move(position=cell))
+            text = tg.run(e.make_move(position=cell))
             completion += [{"role": "assistant", "content": "<think>best move</think>", "tool_calls": [call]},
                            {"role": "tool", "name": "make_move", "content": text}]
             if "Game over" in text:
                 break
         assert "Game over" in text
-        after = tg._loop.run(e.make_move(position=0))
+        after = tg.run(e.make_move(position=0))
         assert "episode is over" in after
         completion += [{"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": "make_move", "arguments": {"position": 0}}}]},
@@ -159,7 +159,7 @@ def test_grpo_two_steps_cpu(tmp_path: Path) -> None:
         conv = [*rows[0]["prompt"][:-1], {"role": "user", "content": user},
                 {"role": "assistant", "content": "", "tool_calls": [
                     {"type": "function", "function": {"name": "convert_time", "arguments": _reference(task)}}]},
-                {"role": "tool", "name": "convert_time", "content": tg._loop.run(probe.convert_time(**_reference(task)))},
+                {"role": "tool", "name": "convert_time", "content": tg.run(probe.convert_time(**_reference(task)))},
                 {"role": "assistant", "content": f"<answer>{task['answer']}</answer>"}]
         _overfit(model, tok, tok.apply_chat_template(conv, tools=tools, tokenize=False))
 

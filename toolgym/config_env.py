@@ -10,6 +10,10 @@
     max_turns = 6
     hidden_tools = []                         # server tools the model must not see
     report_by = ["kind"]                      # task fields eval breaks results down by (tables + breakdown.png)
+    [env.state]                               # each rollout's state keys: {task field}, {rollout_dir}, {rollout_id}
+    repo = "{rollout_dir}/repo"
+    [env.hidden_args]                         # arguments hidden from the model, filled from a state key
+    git_status = { repo_path = "repo" }       # (or a list of names: each filled from the state key of its name)
     [tasks]
     path = "tasks.jsonl"                      # rows: {"prompt": ..., "answer": ..., "expected_calls": [...]}
     [[rewards]]
@@ -26,6 +30,11 @@ arguments must match, BFCL rules, others are free),
 `tool_result` (after the rollout, call `tool` with `args` — `{field}` placeholders filled from the task — and compare
 its output with `task[field]`: verifies server state, not the transcript), `python` (`function = "module:attr"`, a
 reward function taking what it names). JSON config files with the same keys work too.
+
+State: `[env.state]` values are filled per rollout from the task's fields and the rollout's sandbox (`{rollout_dir}`,
+`{rollout_id}`, with one server); a `[[setup]]` call with `save = "key"` stores its result (parsed JSON, else the
+text) under that key. `[env.hidden_args]` fills model-hidden arguments from those keys, as a Python env's
+`hidden_args` does.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import pydantic
 
 from toolgym.accuracy import call_matches
 from toolgym.env import HiddenCallError, StatefulToolEnv
+from toolgym.episode import current_episode
 from toolgym.mcp_bridge import ServerBinding, ServerSpec
 from toolgym.rubric import Rubric
 from toolgym.sandbox import Fixture, SandboxError, placeholders
@@ -94,6 +104,7 @@ class CallConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     tool: str
     arguments: dict[str, Any] = {}
+    save: str | None = None  # [[setup]] only: store the call's result (parsed JSON, else its text) in state[save]
 
 
 class EnvSection(pydantic.BaseModel):
@@ -105,6 +116,8 @@ class EnvSection(pydantic.BaseModel):
     on_no_call: Literal["stop", "nudge"] = "stop"
     tool_timeout: float = pydantic.Field(30.0, gt=0)
     report_by: list[str] = []  # task fields `toolgym eval` breaks results down by (e.g. ["kind"])
+    state: dict[str, Any] = {}  # state key -> value ({task field} and sandbox placeholders filled per rollout)
+    hidden_args: dict[str, list[str] | dict[str, str]] = {}  # tool -> arguments hidden from the model (see the doc)
 
 
 class TasksConfig(pydantic.BaseModel):
@@ -368,6 +381,13 @@ class ConfigEnv(StatefulToolEnv):
         self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
         self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
         self.report_by = tuple(e.report_by)  # type: ignore[misc]
+        self.hidden_args = dict(e.hidden_args)  # type: ignore[misc]
+        known = set(e.state) | {c.save for c in config.setup if c.save}
+        for tool in e.hidden_args:
+            unknown = sorted(set(self.hidden_arg_sources(tool).values()) - known)
+            if unknown:
+                raise SandboxError(f"env.hidden_args.{tool}: no state key {', '.join(map(repr, unknown))} (define "
+                                   "it under [env.state] or save it from a [[setup]] call)", "env.hidden_args")
         options.setdefault("max_turns", e.max_turns)
         options.setdefault("on_no_call", e.on_no_call)
         options.setdefault("tool_timeout", e.tool_timeout)
@@ -376,7 +396,8 @@ class ConfigEnv(StatefulToolEnv):
     def build_rubric(self) -> Rubric:
         return Rubric([(_make_reward(rc, self.base_dir), rc.weight) for rc in self.config.rewards])
 
-    async def _hidden_calls(self, section: str, calls: list[CallConfig], task: dict[str, Any]) -> None:
+    async def _hidden_calls(self, section: str, calls: list[CallConfig], task: dict[str, Any],
+                            state: dict[str, Any] | None = None) -> None:
         for i, c in enumerate(calls):
             where = f"{section}[{i}] (tool {c.tool!r})"
             try:
@@ -384,13 +405,25 @@ class ConfigEnv(StatefulToolEnv):
             except HiddenCallError as exc:  # the file's line is looked up only for the message
                 raise HiddenCallError(f"{config_location(self.source, f'{section}[{i}]')}{exc}") from None
             try:
-                await self.call(c.tool, **args)
+                res = await self.call(c.tool, **args)
             except HiddenCallError as exc:
                 raise HiddenCallError(f"{config_location(self.source, f'{section}[{i}]')}{where} failed: {exc}") \
                     from None
+            if c.save and state is not None:
+                try:
+                    state[c.save] = res.json()
+                except ValueError:
+                    state[c.save] = res.text
 
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
-        await self._hidden_calls("setup", self.config.setup, task)
+        values = dict(task)
+        episode = current_episode()
+        box = getattr(episode.session, "sandbox", None) if episode is not None else None
+        if box is not None:
+            values.update(rollout_dir=str(box.path), rollout_id=box.id)
+        for key, template in self.config.env.state.items():
+            state[key] = _fill_named(template, values, f"env.state.{key}")
+        await self._hidden_calls("setup", self.config.setup, task, state)
 
     async def cleanup(self, state: dict[str, Any]) -> None:
         await self._hidden_calls("cleanup", self.config.cleanup, state.get("task") or {})
@@ -423,7 +456,7 @@ def load_config_env(path: str | Path, /, **options: Any) -> ConfigEnv:
         raise ValueError(f"invalid env config {path}:\n{exc}") from None
     try:
         env = ConfigEnv(config, path.parent.resolve(), **options)
-    except SandboxError as exc:  # a bad placeholder or fixture: name the file's line too
+    except SandboxError as exc:  # a bad placeholder, fixture or hidden argument: name the file's line too
         raise SandboxError(f"{config_location(path, exc.where)}{exc}", exc.where) from None
     env.source = path.resolve()
     return env

@@ -7,36 +7,36 @@ A subclass names its server, the tools and arguments hidden from the model, and 
         server = ServerSpec.stdio("mcp-server-tictactoe")
         session_scope = "shared"                       # games are keyed by id: one session serves many rollouts
         hidden_tools = {"new_game", "game_result", "end_game"}
-        hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}
+        hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}   # filled from state["game_id"]
 
         async def setup_state(self, state, task):
             res = await self.call("new_game", seed=task["seed"])          # a hidden call on this rollout's session
             state["game_id"] = res.json()["game_id"]
-
-        def update_tool_args(self, tool, args, state):
-            return {**args, "game_id": state["game_id"]}
 
         @stop
         async def game_over(self, state) -> bool:
             return state.get("status", "in_progress") != "in_progress"
 
 One `state` dict per rollout. Hooks run in this order: `setup_state` → loop { policy turn → tool calls
-(`update_tool_args`, `call_tool`) → `env_response` → `@stop` checks } → rubric → `cleanup`.
-Tools the env implements itself (e.g. a final-answer tool) are methods marked `@env_tool`.
+(`update_tool_args`, `call_tool`) → `env_response` (once per turn) → `@stop` checks } → rubric → `cleanup`.
+`env.episode(task)` runs that lifecycle (`toolgym.episode.Episode`); every front end (eval, training, serve, the TRL
+adapter, the verifiers export) drives it. Tools the env implements itself (e.g. a final-answer tool) are methods
+marked `@env_tool`. Every attribute and hook an env may set is declared below with a one-line docstring; the table in
+docs/concepts.md lists them.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 
+from toolgym.episode import Episode, HiddenCallError, current_episode
 from toolgym.mcp_bridge import (
-    MCPSession,
     MultiProvider,
     ServerBinding,
     ServerSpec,
@@ -51,10 +51,6 @@ from toolgym.tool_schema import described_signature
 from toolgym.types import AssistantTurn, CallRecord
 
 
-class HiddenCallError(RuntimeError):
-    """A hidden (environment-side) tool call failed: the rollout cannot be set up or graded."""
-
-
 def stop(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a method `(self, state) -> bool` (sync or async) as a stop condition, checked after every turn."""
     fn._toolgym_stop = True  # type: ignore[attr-defined]
@@ -66,27 +62,35 @@ def env_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Its JSON schema is derived from the typed signature (after `state`), each parameter described by
     `Annotated[T, Field(description=...)]` or by the docstring's `Args:` section; its description is the docstring
-    without its sections. Raise an exception to return an error to the model."""
+    without its sections. A parameter annotated `Episode` is not shown to the model: the running episode is passed
+    (to make hidden calls, read its calls so far). Raise an exception to return an error to the model."""
     fn._toolgym_env_tool = True  # type: ignore[attr-defined]
     return fn
 
 
-class _Rollout:
-    """What the env needs to reach the current rollout's MCP session from hooks and reward functions."""
-
-    def __init__(self, session: MCPSession | None, state: dict[str, Any]) -> None:
-        self.session, self.state = session, state
-
-
-_current: contextvars.ContextVar[_Rollout] = contextvars.ContextVar("toolgym_rollout")
+def _episode_params(fn: Callable[..., Any]) -> set[str]:
+    """The parameters of an `@env_tool` method annotated `Episode` (injected, hidden from the model)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to their text
+        hints = {}
+    out = set()
+    for name, p in inspect.signature(fn).parameters.items():
+        ann = hints.get(name, p.annotation)
+        if ann is Episode or (isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "Episode"):
+            out.add(name)
+    return out
 
 
 def _env_tool_schema(fn: Callable[..., Any]) -> tuple[str, dict[str, Any], type[pydantic.BaseModel]]:
     """Description, JSON schema and argument model of an `@env_tool` method: parameter descriptions from
     `Annotated[..., Field(description=...)]` or the docstring's `Args:` section (`toolgym.tool_schema`)."""
     description, sig = described_signature(fn)
+    injected = _episode_params(fn)
     fields: dict[str, Any] = {}
     for name, p in list(sig.parameters.items())[2:]:  # skip self, state
+        if name in injected:
+            continue
         fields[name] = (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
     model = pydantic.create_model(f"{fn.__name__}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
     schema = model.model_json_schema()
@@ -97,25 +101,53 @@ def _env_tool_schema(fn: Callable[..., Any]) -> tuple[str, dict[str, Any], type[
 
 
 class StatefulToolEnv:
-    """Base class of toolgym environments. See the module docstring for the hook order."""
+    """Base class of toolgym environments. See the module docstring for the hook order.
+
+    The class attributes below are everything an env can set (class attributes, or constructor options where the
+    `__init__` takes them); the framework reads no other attribute of an env."""
 
     name: ClassVar[str] = "env"
+    """The env's name (run folders, reports, the served MCP server's name)."""
     server: ClassVar[ServerSpec | None] = None
-    servers: ClassVar[list[ServerBinding] | None] = None  # several servers instead of `server` (see ServerBinding)
+    """The MCP server to bind (`ServerSpec.stdio`/`.http`/`.inprocess`), or None for an env of env tools only."""
+    servers: ClassVar[list[ServerBinding] | None] = None
+    """Several MCP servers instead of `server`: their tools are merged, calls routed (see `ServerBinding`)."""
     session_scope: ClassVar[Literal["rollout", "shared"]] = "rollout"
+    """One MCP session per rollout (a fresh server state), or one shared by all rollouts (state keyed by ids)."""
     hidden_tools: ClassVar[set[str]] = set()
+    """Server tools the model never sees (setup and grading tools the env calls itself through `call`)."""
     visible_tools: ClassVar[set[str] | None] = None
-    hidden_args: ClassVar[dict[str, list[str]]] = {}
+    """If set, only these server tools are shown to the model (an allow-list; `hidden_tools` still applies)."""
+    hidden_args: ClassVar[dict[str, list[str] | dict[str, str]]] = {}
+    """Per tool, arguments removed from the model's schema and filled from the rollout's state: a list of names
+    (each filled from the state key of the same name) or `{argument: state key}`; the default `update_tool_args`
+    injects them."""
     system_prompt: ClassVar[str | None] = None
-    default_policy: ClassVar[str | None] = None  # the policy `toolgym eval ENV` uses with no --model
-    default_policy_options: ClassVar[dict[str, Any]] = {}  # its sampling options (CLI flags override them)
-    report_by: ClassVar[tuple[str, ...]] = ()  # task fields eval breaks results down by (e.g. difficulty)
-    report_metrics: ClassVar[tuple[str, ...] | None] = None  # the columns of those tables (default: the rubric's)
+    """A system message put before each task's prompt by the default `initial_messages`."""
+    default_policy: ClassVar[str | None] = None
+    """The policy URI `toolgym eval ENV` uses without `--model` (e.g. an embedded model or a reference player)."""
+    default_policy_options: ClassVar[dict[str, Any]] = {}
+    """Sampling options of `default_policy` (command-line flags override them)."""
+    report_by: ClassVar[tuple[str, ...]] = ()
+    """Task fields `toolgym eval` breaks its results down by (tables with CIs and a plot)."""
+    report_metrics: ClassVar[tuple[str, ...] | None] = None
+    """The columns of those breakdown tables (default: the rubric's entries)."""
+    num_groups: int = 1
+    """Difficulty groups of the dataset (task i is in group i % num_groups): GRPO draws every batch across them."""
     max_turns: int = 10
+    """Model turns a rollout may take before it is stopped (`stop_reason = "max_turns"`)."""
     tool_timeout: float = 30.0
+    """Seconds one tool call (model or hidden) may take before it fails."""
     on_no_call: Literal["stop", "nudge"] = "stop"
+    """What a model turn without a tool call does: end the rollout, or get `nudge_message` and go on."""
     nudge_message: str = "Please continue by calling one of the tools."
+    """The user message a turn without a call gets under `on_no_call = "nudge"`."""
     max_tool_output_chars: int = 20_000
+    """Tool results longer than this are truncated (with a note) before the model sees them."""
+    rubric: Rubric
+    """The reward functions (built once per env by `build_rubric`)."""
+    tools: dict[str, ToolInfo]
+    """The connected servers' tools by name (filled by `start`; hidden ones included)."""
 
     @class_defaults("max_turns", "tool_timeout", "on_no_call", "session_scope")
     def __init__(
@@ -189,8 +221,22 @@ class StatefulToolEnv:
         """Prepare the rollout (hidden setup calls through `self.call`)."""
 
     def update_tool_args(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        """Inject hidden arguments before a model call reaches the server."""
-        return args
+        """The arguments a model call of `tool` reaches the server with: by default the model's, plus each hidden
+        argument of `hidden_args[tool]` from the state key that fills it. Override to compute them otherwise."""
+        sources = self.hidden_arg_sources(tool)
+        if not sources:
+            return args
+        missing = {a: k for a, k in sources.items() if k not in state}
+        if missing:
+            raise HiddenCallError(f"hidden argument(s) of {tool}: the rollout's state has no "
+                                  f"{', '.join(repr(k) for k in missing.values())} (set it in setup_state, or "
+                                  "override update_tool_args)")
+        return {**args, **{a: state[k] for a, k in sources.items()}}
+
+    def serve_tools(self, agent: Any) -> dict[str, Callable[..., Any]]:
+        """Extra tools `toolgym serve` offers beside `run_agent`, by name: typed, documented async functions built
+        around `agent` (a `toolgym.serve.Agent`; e.g. tic-tac-toe's `suggest_move`). Default: none."""
+        return {}
 
     async def env_response(
         self, state: dict[str, Any], turn: AssistantTurn, records: list[CallRecord]
@@ -245,6 +291,21 @@ class StatefulToolEnv:
     def provider(self) -> SessionProvider | MultiProvider | None:
         return self._provider
 
+    def episode(self, task: dict[str, Any], example_id: int = 0, rollout_index: int = 0,
+                max_turns: int | None = None) -> Episode:
+        """One rollout on `task` (an async context manager; see `toolgym.episode`). `max_turns` caps this rollout's
+        turns instead of the env's."""
+        return Episode(self, task, example_id, rollout_index, max_turns)
+
+    def hidden_arg_sources(self, tool: str) -> dict[str, str]:
+        """`{argument: state key}` of the hidden arguments of `tool` (from `hidden_args`)."""
+        spec = self.hidden_args.get(tool) or {}
+        return dict(spec) if isinstance(spec, dict) else {a: a for a in spec}
+
+    def is_env_tool(self, tool: str) -> bool:
+        """Whether `tool` is implemented by the env itself (an `@env_tool` method)."""
+        return tool in self._env_tools
+
     def server_of(self, tool: str) -> str | None:
         """The name of the server a tool call goes to, in a multi-server env (else None)."""
         return self._provider.server_of(tool) if isinstance(self._provider, MultiProvider) else None
@@ -255,6 +316,8 @@ class StatefulToolEnv:
         return f"the server {self.server.describe()}" if self.server else "no server"
 
     def is_visible(self, tool: str) -> bool:
+        """Whether the model may call `tool` (an env tool, or a server tool neither hidden nor outside
+        `visible_tools`)."""
         if tool in self._env_tools:
             return True
         if tool not in self.tools or tool in self.hidden_tools:
@@ -283,15 +346,13 @@ class StatefulToolEnv:
         return out
 
     async def call(self, tool: str, /, **args: Any) -> ToolResult:
-        """A hidden call on the current rollout's session (from hooks and reward functions). Raises
+        """A hidden call on the current episode's session (from hooks and reward functions). Raises
         `HiddenCallError` when the server reports an error, `ToolCallError` when the connection fails."""
-        ctx = _current.get(None)
-        if ctx is None or ctx.session is None:
-            raise RuntimeError("env.call() is only available inside a rollout of an env with a server")
-        res = await ctx.session.call(tool, args, timeout=self.tool_timeout)
-        if res.is_error:
-            raise HiddenCallError(f"hidden call {tool}({args}) failed: {res.text}")
-        return res
+        episode = current_episode()
+        if episode is None or episode.env is not self:
+            raise RuntimeError("env.call() is only available inside an episode of this env (a hook, an env tool or "
+                               "a reward function)")
+        return await episode.hidden_call(tool, **args)
 
     async def is_done(self, state: dict[str, Any]) -> str | None:
         """The name of the first stop condition that holds, else None."""
@@ -305,10 +366,13 @@ class StatefulToolEnv:
                 return check.__name__
         return None
 
-    async def run_env_tool(self, name: str, args: dict[str, Any], state: dict[str, Any]) -> str:
+    async def run_env_tool(self, name: str, args: dict[str, Any], state: dict[str, Any],
+                           episode: Episode | None = None) -> str:
+        """Run the `@env_tool` `name` with validated `args` (parameters annotated `Episode` get `episode`)."""
         _, _, model = self._env_tool_schemas[name]
         validated = model.model_validate(args)
-        value = getattr(self, name)(state, **validated.model_dump())
+        injected = {p: episode for p in _episode_params(self._env_tools[name])}
+        value = getattr(self, name)(state, **validated.model_dump(), **injected)
         if inspect.isawaitable(value):
             value = await value
         return value if isinstance(value, str) else json.dumps(value)
@@ -317,20 +381,11 @@ class StatefulToolEnv:
         return f"<{type(self).__name__} {self.name} {self._describe_servers()}>"
 
 
-def bind_rollout(session: MCPSession | None, state: dict[str, Any]) -> contextvars.Token[_Rollout]:
-    return _current.set(_Rollout(session, state))
-
-
-def unbind_rollout(token: contextvars.Token[_Rollout]) -> None:
-    _current.reset(token)
-
-
 __all__ = [
+    "Episode",
     "HiddenCallError",
     "StatefulToolEnv",
     "ToolCallError",
-    "bind_rollout",
     "env_tool",
     "stop",
-    "unbind_rollout",
 ]

@@ -26,13 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
 
-from toolgym.sandbox import (PLACEHOLDERS, Fixture, Sandbox, check_placeholders, free_port, placeholders, substitute,
+from toolgym.sandbox import (PLACEHOLDERS, Fixture, Sandbox, check_placeholders, placeholders, substitute,
                              uses_sandbox)
 
 log = logging.getLogger("toolgym.mcp")
@@ -363,6 +362,12 @@ class MCPSession:
             latency_s=time.perf_counter() - t0,
         )
 
+    @property
+    def client(self) -> Any:
+        """The underlying `mcp.Client` (raises `ToolCallError` when the session is broken or closed): for code that
+        needs the raw SDK, such as the benchmarks' bare-client baselines."""
+        return self._require()
+
     def _require(self) -> Any:
         if self.broken:
             raise ToolCallError(f"MCP session to {self.spec.describe()} is broken: {self.broken}")
@@ -462,6 +467,16 @@ class SessionProvider:
         session.sandbox, session.process = box, proc
         self._open.add(session)
         return session
+
+    @property
+    def open_sessions(self) -> int:
+        """Sessions opened and not released yet (the shared one and warm-pool ones included)."""
+        return len(self._open)
+
+    @property
+    def shared(self) -> MCPSession | None:
+        """The session shared by all rollouts (`scope="shared"`), once opened."""
+        return self._shared
 
     async def acquire(self, task: dict[str, Any] | None = None) -> MCPSession:
         """A session for one rollout (`task`: the rollout's task, for fixtures that name task fields)."""
@@ -657,16 +672,3 @@ class MultiProvider:
     async def aclose(self) -> None:
         for p in self.providers.values():
             await p.aclose()
-
-
-async def list_server_tools(spec: ServerSpec) -> list[ToolInfo]:
-    """Connect once, list the tools, disconnect."""
-    provider = SessionProvider(spec, "rollout")
-    try:
-        session = await provider.acquire()
-        return await session.list_tools()
-    finally:
-        await provider.aclose()
-
-
-ServerFactory = Callable[[], Any]

@@ -1,9 +1,13 @@
 """Find environments: installed packages register `load_environment` under the `toolgym.envs` entry-point group
-(the verifiers convention); a path to a `.toml`/`.json` file builds a config-only env. Every env is built through
-`load_env`, which checks the options given against the ones the env declares (`toolgym.options`)."""
+(the verifiers convention); a path to a `.toml`/`.json` file builds a config-only env; `module:attr` names an env
+class (or a factory) in an importable module, for an env not packaged yet (`toolgym eval mypkg.envs:MyEnv`). Every
+env is built through `load_env`, which checks the options given against the ones the env declares
+(`toolgym.options`)."""
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -13,6 +17,7 @@ from toolgym.env import StatefulToolEnv
 from toolgym.options import EnvOption, check_options, declared_options, parse_pairs
 
 GROUP = "toolgym.envs"
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def available_envs() -> list[str]:
@@ -35,6 +40,15 @@ def env_factory(name_or_path: str) -> Callable[..., StatefulToolEnv]:
         factory: Callable[..., ConfigEnv] = config_env_factory(p)
         return factory
     eps = {ep.name: ep for ep in entry_points(group=GROUP)}
+    if name_or_path not in eps and _REF.match(name_or_path):
+        module, _, attr = name_or_path.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot load environment {name_or_path!r}: {exc}") from None
+        if not callable(found):
+            raise ValueError(f"environment {name_or_path!r} is not an env class or factory")
+        return found  # type: ignore[no-any-return]
     if name_or_path not in eps:
         raise ValueError(f"unknown environment {name_or_path!r}; installed: {', '.join(sorted(eps)) or 'none'} "
                          f"(or pass a path to an env config .toml)")

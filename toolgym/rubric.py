@@ -51,14 +51,19 @@ class Rubric:
     def weights(self) -> dict[str, float]:
         return {n: w for n, _, w, _ in self.items}
 
-    async def score(self, **inputs: Any) -> tuple[dict[str, float], dict[str, float], float]:
-        """Run every function; return (weighted rewards by name, metrics by name, total reward)."""
+    async def score(self, values: dict[str, float] | None = None, **inputs: Any
+                    ) -> tuple[dict[str, float], dict[str, float], float]:
+        """Run every function; return (rewards by name, metrics by name, total reward = the weighted sum).
+        `values`: entries already computed elsewhere (by name); their functions are not called."""
         rewards: dict[str, float] = {}
         metrics: dict[str, float] = {}
         for name, fn, weight, wanted in self.items:
             kwargs = inputs if wanted is None else {k: inputs[k] for k in wanted}
             try:
-                value = fn(**kwargs)
+                if values is not None and name in values:
+                    value = values[name]
+                else:
+                    value = fn(**kwargs)
                 if inspect.isawaitable(value):
                     value = await value
                 if value is None and weight == 0.0:  # a metric that does not apply to this rollout

@@ -19,8 +19,6 @@ cancels only its own rollout, whose session is released.
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -65,14 +63,11 @@ class Agent:
         self._counter += 1
         if max_turns is not None and not 1 <= max_turns <= 100:
             raise ToolError("max_turns must be between 1 and 100")
-        env = self.env
-        if max_turns is not None:  # a per-request cap: a shallow copy shares the sessions, tools and rubric
-            env = copy.copy(self.env)
-            env.max_turns = max_turns
         async with self._sem:
-            try:
-                traj = await asyncio.wait_for(run_rollout(env, self.policy, task, example_id=self._counter),
-                                              self.timeout_s)
+            try:  # one Episode per request (through the rollout engine), with the request's turn cap
+                traj = await asyncio.wait_for(
+                    run_rollout(self.env, self.policy, task, example_id=self._counter, max_turns=max_turns),
+                    self.timeout_s)
             except TimeoutError:
                 self.stats["timeouts"] += 1
                 raise ToolError(f"the agent did not finish within {self.timeout_s}s") from None
@@ -125,8 +120,7 @@ def build_agent_server(env: StatefulToolEnv, policy: Policy, timeout_s: float = 
         return {"answer": final_text(traj), "stop_reason": traj.stop_reason, "turns": len(traj.turns),
                 "trace": trace(traj)}
 
-    hook: Callable[[Agent], dict[str, Callable[..., Any]]] | None = getattr(env, "serve_tools", None)
-    for tool_name, fn in {"run_agent": run_agent, **(hook(agent) if hook else {})}.items():
+    for tool_name, fn in {"run_agent": run_agent, **env.serve_tools(agent)}.items():
         fn, description = for_mcp(fn)  # parameter descriptions from Annotated[..., Field(...)] or the docstring
         srv.add_tool(fn, name=tool_name, description=description)
     srv.agent = agent  # type: ignore[attr-defined]  # for tests and introspection

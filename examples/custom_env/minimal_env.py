@@ -13,7 +13,7 @@ class TicTacToe(StatefulToolEnv):
     server = ServerSpec.stdio(["mcp-server-tictactoe"])
     session_scope = "shared"                                   # games are keyed by id
     hidden_tools = {"new_game", "game_result", "end_game"}     # setup/grading tools the model never sees
-    hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}   # removed from the model's schema
+    hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}   # hidden; filled from state["game_id"]
     max_turns = 8
 
     def build_dataset(self, n=None, seed=0):
@@ -25,9 +25,6 @@ class TicTacToe(StatefulToolEnv):
 
     def initial_messages(self, task, state):
         return [{"role": "user", "content": "Play X. Call make_move(position).\n" + state["board"]}]
-
-    def update_tool_args(self, tool, args, state):             # inject the hidden argument
-        return {**args, "game_id": state["game_id"]}
 
     async def env_response(self, state, turn, records):        # after the turn's tool calls ran
         state["over"] = any("Game over" in r.result for r in records)

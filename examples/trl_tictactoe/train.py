@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
         """rank{R}.jsonl on every rank (weights hash, own MCP calls and servers); metrics.jsonl on rank 0 only."""
 
         def _rank_line(self, targs: Any, state: Any, model: Any, event: str) -> None:
-            calls = [r for inst in tg._instances for r in inst._records]  # this step's rollouts (reset clears)
-            games = [[inst._task, [(c.name, c.arguments, c.result) for c in inst._records]] for inst in tg._instances]
+            episodes = [ep for ep, _ in tg.episodes()]  # this step's rollouts (reset starts the next)
+            calls = [c for ep in episodes for c in ep.calls]
+            games = [[ep.task, [(c.name, c.arguments, c.result) for c in ep.calls]] for ep in episodes]
             line = {"event": event, "step": state.global_step, "rank": targs.process_index,
                     "world_size": targs.world_size, "pid": os.getpid(), "sha256": weights_sha(model),
                     "rollouts_sha256": hashlib.sha256(json.dumps(games, sort_keys=True).encode()).hexdigest(),

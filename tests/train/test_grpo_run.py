@@ -39,6 +39,7 @@ def test_reward_rises_on_toy_task(tiny_model: Path, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_resume_after_sigkill(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = _cfg(tiny_model, out, max_steps=6, learning_rate=1e-3, keep_checkpoints=3)

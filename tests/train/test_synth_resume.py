@@ -27,6 +27,7 @@ def _synth_cli(out: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_a_killed_synth_resumes_to_the_same_data(tmp_path: Path) -> None:
     ref = tmp_path / "ref" / "data.jsonl"
     p = _synth_cli(ref)

@@ -30,7 +30,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from toolgym.env import StatefulToolEnv, bind_rollout, unbind_rollout
+from toolgym.config_env import ConfigEnv
+from toolgym.env import StatefulToolEnv
 
 FORMAT_VERSION = 1
 
@@ -47,21 +48,12 @@ def _class_prefix(pkg: str) -> str:
 
 
 async def _initial_rows(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each task's first messages after the env's hidden setup (run against the real server, then cleaned up)."""
+    """Each task's first messages after the env's hidden setup (an episode against the real server, then closed)."""
     rows = []
     async with env:
         for i, task in enumerate(tasks):
-            state: dict[str, Any] = {"task": task, "example_id": i, "rollout_index": 0}
-            session = await env.provider.acquire() if env.provider is not None else None
-            token = bind_rollout(session, state)
-            try:
-                await env.setup_state(state, task)
-                messages = env.initial_messages(task, state)
-                await env.cleanup(state)
-            finally:
-                unbind_rollout(token)
-                if session is not None and env.provider is not None:
-                    await env.provider.release(session)
+            async with env.episode(task, i) as ep:
+                messages = list(ep.messages)
             system = None
             if messages and messages[0].get("role") == "system":
                 system, messages = str(messages[0].get("content") or ""), messages[1:]
@@ -69,7 +61,7 @@ async def _initial_rows(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> li
     return rows
 
 
-def _copy_config_env(env: Any, src: Path, dest: Path) -> dict[str, Any]:
+def _copy_config_env(env: ConfigEnv, src: Path, dest: Path) -> dict[str, Any]:
     """Copy a config-only env into `dest` (config as JSON + its tasks file + python reward modules)."""
     dest.mkdir(parents=True, exist_ok=True)
     cfg = env.config.model_dump(mode="json", exclude_none=True)
@@ -114,7 +106,6 @@ def export_verifiers(
     """Write the verifiers package for `env_ref` (an installed env name or a config-file path) into `out`; returns
     the package directory (`out/<pkg>`)."""
     from toolgym import __version__
-    from toolgym.config_env import ConfigEnv
     from toolgym.registry import load_env
 
     env_kwargs = dict(env_kwargs or {})

@@ -8,20 +8,25 @@ Imported inside the verifiers venv (verifiers pins `mcp==2.0.0`; toolgym support
   a prompt that shows the setup's result, e.g. the opening board, is exact when the setup is deterministic given
   the task, which toolgym's seeded envs are); `TaskData.task` keeps the toolgym task row for the rewards.
 * `ToolgymToolset` (`vf.Toolset`, task-scoped: one server process per rollout, run by the subprocess runtime as
-  `python -m <package>.toolset`): loads the toolgym env, opens its MCP session to the original server, runs the
-  env's `setup_state` for the rollout's task (`setup_task`), and serves the env's model-visible tools with their
-  exact schemas (hidden tools absent, hidden args removed). Each call goes through toolgym's own `_execute_call`
-  (schema validation, `update_tool_args` injecting hidden args such as `game_id`, the MCP call), then
-  `env_response` and the `@stop` checks (after a stop, calls answer "the episode is over"). verifiers' chat loop
-  has no hook for toolgym's stop conditions, so that is the closest equivalent.
+  `python -m <package>.toolset`): loads the toolgym env and opens an `Episode` (`toolgym.episode`) for the rollout's
+  task (`setup_task`: a session to the original server, acquired with the task so fixtures that name task fields
+  work, and the env's `setup_state`), and serves the env's model-visible tools with their exact schemas (hidden
+  tools absent, hidden args removed). Each call goes through the episode (schema validation, hidden arguments such
+  as `game_id`, the MCP call). Turns: the task's `toolgym_turn` hook (a `@vf.stop` on each model response that
+  never stops) writes how many of the response's calls will reach the toolset into the rollout's state, which the
+  toolset reads before each call, so a turn's calls run as one turn and `env_response` runs once, after its last
+  call (its messages appended to that call's output). Stops: the task's `toolgym_stopped` hook (a `@vf.stop` checked
+  before each model call) ends the rollout once the episode is over (a toolgym `@stop`, or the env's `max_turns`),
+  as toolgym's own loop does; calls that still arrive answer "the episode is over".
 * Rewards: one `@vf.reward(weight=w)` per rubric function (`@vf.metric` for weight 0), built by
   `build_task_class` from the names and weights the exporter records; all read one cached scoring of the rollout
-  by the env's `Rubric` functions (plus toolgym's `acc_*` tool-call accuracy rates as metrics). Functions that only need `env`/`state`/`task` (server-side checks such as
-  tic-tac-toe's `game_result` or a config env's `tool_result`) run in the toolset process after setup and after
-  every call, against the live session, and reach the scorer through the rollout's shared `vf.State`; the rest
-  (answer, call_match, called, format...) run in the scorer on the trace's messages, with `CallRecord`s rebuilt
-  from the trace's tool calls and the toolset's records. A raising reward function fails the rollout's scoring
-  (verifiers records the error), never a silent 0.
+  by the env's `Rubric` (`toolgym.episode.score_rollout`, plus toolgym's `acc_*` tool-call accuracy rates as
+  metrics; a metric that does not apply to a rollout is left out, as in toolgym). Functions that only need
+  `env`/`state`/`task` (server-side checks such as tic-tac-toe's `game_result` or a config env's `tool_result`) run
+  in the toolset process after setup and after every turn, against the live session, and reach the scorer through
+  the rollout's shared `vf.State`; the rest (answer, call_match, called, format...) run in the scorer on the trace's
+  messages, turns and call records rebuilt by `toolgym.episode.replay_transcript` from the toolset's records. A
+  raising reward function fails the rollout's scoring (verifiers records the error), never a silent 0.
 * `ToolgymChatHarness`: verifiers' own null chat program (`CHAT_PROGRAM_SOURCE`, the same script the built-in
   `null` harness runs) launched with this venv's Python instead of a `uv`-synced PEP 723 environment, so an eval
   runs offline. `--env.agent.harness.id null` selects the stock one where `uv` and an index are available.
@@ -30,11 +35,11 @@ Imported inside the verifiers venv (verifiers pins `mcp==2.0.0`; toolgym support
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import keyword
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,17 +48,17 @@ import verifiers.v1 as vf
 from verifiers.v1.harnesses.null.harness import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
 
-from toolgym.env import StatefulToolEnv, bind_rollout, unbind_rollout
-from toolgym.export.common import server_side, wanted_params as _params
-from toolgym.rollout import _accuracy_metrics, _execute_call
+from toolgym.env import StatefulToolEnv
+from toolgym.episode import Episode, replay_transcript, score_rollout
+from toolgym.export.common import server_side, wanted_params
+from toolgym.rubric import RewardError
 from toolgym.types import AssistantTurn, CallRecord, ToolCall, Trajectory
 
 log = logging.getLogger("toolgym.vf")
-_THINK = re.compile(r"<think>(.*?)</think>", re.S)
-
 
 
 # ---------------------------------------------------------------------------------------------------- spec
+@functools.cache
 def load_spec(package_dir: Path) -> dict[str, Any]:
     return json.loads((package_dir / "toolgym_export.json").read_text())
 
@@ -72,7 +77,9 @@ def load_env(package_dir: Path) -> StatefulToolEnv:
 # ---------------------------------------------------------------------------------------------------- data
 class ToolgymState(vf.State):
     toolgym: dict[str, Any] = {}
-    """Published by the toolset: `records` (its CallRecords), `server_rewards`, `server_errors`, `done`."""
+    """Published by the toolset: `records` (its CallRecords), `server_rewards`, `server_errors`, `done`, `stop_at`."""
+    toolgym_turn: dict[str, Any] = {}
+    """Written by the task on each model response: `index` (0-based) and `calls` (how many will reach the toolset)."""
 
 
 class ToolgymData(vf.TaskData):
@@ -105,11 +112,10 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
     def __init__(self, config: vf.ToolsetConfig) -> None:
         super().__init__(config)
         self.env: StatefulToolEnv | None = None
-        self.session: Any = None
-        self.tg_state: dict[str, Any] = {}
-        self.task: dict[str, Any] = {}
-        self.records: list[CallRecord] = []
-        self.done: str | None = None
+        self.episode: Episode | None = None
+        self.turn_index: int | None = None  # the open turn (verifiers' response index), its expected calls, run so far
+        self.turn_calls = 0
+        self.turn_run = 0
         self.published: dict[str, Any] = {}
         self.lock = asyncio.Lock()
 
@@ -121,16 +127,9 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
     async def setup_task(self, task: Any) -> None:
         env = self.env
         assert env is not None
-        self.task = dict(getattr(task, "task", {}) or {})
-        self.tg_state = {"task": self.task, "example_id": getattr(task, "example_id", 0), "rollout_index": 0}
-        self.session = await env.provider.acquire() if env.provider is not None else None
-        token = bind_rollout(self.session, self.tg_state)
-        try:
-            await env.setup_state(self.tg_state, self.task)
-            self.done = await env.is_done(self.tg_state)
-            await self._server_rewards()
-        finally:
-            unbind_rollout(token)
+        self.episode = env.episode(dict(getattr(task, "task", {}) or {}), getattr(task, "example_id", 0))
+        await self.episode.start()
+        await self._server_rewards()
         # No tool call is in flight: publish through the rollout's state channel directly, so a rollout with no
         # call still carries its server-side rewards.
         await self._push(ToolgymState(toolgym=self.published))
@@ -145,24 +144,29 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
             _call_state.reset(token)
 
     async def _server_rewards(self) -> None:
-        env = self.env
-        assert env is not None
-        values: dict[str, float] = {}
-        errors: dict[str, str] = {}
-        for name, fn, _weight, _wanted in env.rubric.items:
-            if not server_side(fn):
-                continue
-            kwargs = {"env": env, "state": dict(self.tg_state), "task": self.task}
-            try:
-                value = fn(**{k: v for k, v in kwargs.items() if k in (_params(fn) or kwargs)})
-                if inspect.isawaitable(value):
-                    value = await value
-                values[name] = float(value)
-            except Exception as exc:  # noqa: BLE001 - reported to the scorer, which fails the rollout's scoring
-                errors[name] = f"{type(exc).__name__}: {exc}"
-        self.published = {"records": [_record_dict(r, i) for i, r in enumerate(self.records)],
-                          "server_rewards": values, "server_errors": errors, "done": self.done,
-                          "stop_at": len(self.records) if self.done else None}
+        """Publish the records and, once the open turn has ended, the server-side rewards and the stop."""
+        ep = self.episode
+        assert ep is not None
+        values: dict[str, float] = dict(self.published.get("server_rewards") or {})
+        errors: dict[str, str] = dict(self.published.get("server_errors") or {})
+        closed = self.turn_index is None
+        if closed:
+            values, errors = {}, {}
+            for name, fn, _weight, _wanted in ep.env.rubric.items:
+                if not server_side(fn):
+                    continue
+                kwargs = {"env": ep.env, "state": dict(ep.state), "task": ep.task}
+                try:
+                    with ep.bound():
+                        value = fn(**{k: v for k, v in kwargs.items() if k in (wanted_params(fn) or kwargs)})
+                        if inspect.isawaitable(value):
+                            value = await value
+                    values[name] = float(value)
+                except Exception as exc:  # noqa: BLE001 - reported to the scorer, which fails the rollout's scoring
+                    errors[name] = f"{type(exc).__name__}: {exc}"
+        done = ep.stop_reason if closed else None
+        self.published = {"records": [_record_dict(r) for r in ep.calls], "server_rewards": values,
+                          "server_errors": errors, "done": done, "stop_at": len(ep.calls) if done else None}
 
     def register(self, mcp: Any) -> None:
         env = self.env
@@ -172,9 +176,12 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
             name = fn_schema["name"]
             proxy = self._proxy(name, fn_schema.get("parameters") or {})
             mcp.add_tool(self._with_state(proxy), name=name, description=fn_schema.get("description") or None)
-            try:  # advertise the server's exact schema (the generated signature only approximates nested types)
-                mcp._tool_manager.get_tool(name).parameters = fn_schema.get("parameters") or {"type": "object"}
-            except Exception:  # noqa: BLE001 - private API; the approximate schema still works
+            try:  # the server's exact schema to the model, and the model's exact arguments to the episode (which
+                # validates them as toolgym does; the SDK's own model would coerce or drop some first)
+                registered = mcp._tool_manager.get_tool(name)
+                registered.parameters = fn_schema.get("parameters") or {"type": "object"}
+                registered.fn_metadata = _PassThrough.of(registered.fn_metadata)
+            except Exception:  # noqa: BLE001 - private API; the approximate schema and validation still work
                 log.debug("could not set the exact schema of %s", name)
 
     def _proxy(self, tool: str, params: dict[str, Any]) -> Any:
@@ -182,7 +189,7 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
         required = set(params.get("required") or [])
 
         async def proxy(**kwargs: Any) -> str:
-            return await self._call(tool, {k: v for k, v in kwargs.items() if not (k not in required and v is None)})
+            return await self._call(tool, kwargs)
 
         sig = []
         for p in sorted(props, key=lambda p: p not in required):
@@ -196,23 +203,31 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
         return proxy
 
     async def _call(self, tool: str, args: dict[str, Any]) -> str:
-        env = self.env
-        assert env is not None
+        ep = self.episode
+        assert ep is not None
         async with self.lock:  # one rollout: calls run in order, as in toolgym's own loop
-            if self.done:  # not recorded: in toolgym the rollout ended at the stop; the scorer cuts the transcript there
-                return f"Error: the episode is over ({self.done}); no more tool calls are accepted."
-            call = ToolCall(name=tool, arguments=args, id=f"call_{len(self.records)}")
-            token = bind_rollout(self.session, self.tg_state)
-            try:
-                rec, text = await _execute_call(env, call, self.tg_state, len(self.records), self.session)
-                self.records.append(rec)
-                extra = await env.env_response(self.tg_state, AssistantTurn(content="", tool_calls=[call]), [rec])
+            info = dict(self.state.toolgym_turn or {})
+            index, expected = info.get("index"), int(info.get("calls") or 1)
+            if self.turn_index is not None and index != self.turn_index:  # the last turn lost a call: close it
+                await ep.end_turn()
+                self.turn_index = None
+            if ep.done:  # not recorded: in toolgym the rollout ended at the stop; the scorer cuts the transcript there
+                return f"Error: the episode is over ({ep.stop_reason}); no more tool calls are accepted."
+            call = ToolCall(name=tool, arguments=args, id=f"call_{len(ep.calls)}")
+            if self.turn_index is None:
+                ep.begin_turn(AssistantTurn(content="", tool_calls=[call]))
+                self.turn_index = index if index is not None else -1 - len(ep.calls)
+                self.turn_calls, self.turn_run = expected, 0
+            else:
+                ep.turns[-1].tool_calls.append(call)
+            text = (await ep.call(call)).text
+            self.turn_run += 1
+            if self.turn_run >= self.turn_calls:
+                extra = await ep.end_turn()
+                self.turn_index = None
                 if extra:
                     text += "".join(f"\n\n{m.get('content', '')}" for m in extra)
-                self.done = await env.is_done(self.tg_state)
-                await self._server_rewards()
-            finally:
-                unbind_rollout(token)
+            await self._server_rewards()
             self.state.toolgym = self.published
             return text
 
@@ -220,22 +235,29 @@ class ToolgymToolset(vf.Toolset[vf.ToolsetConfig, ToolgymState]):
         env = self.env
         if env is None:
             return
-        if self.session is not None and not self.session.broken:
-            token = bind_rollout(self.session, self.tg_state)
-            try:
-                await env.cleanup(self.tg_state)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("toolgym cleanup failed: %s", exc)
-            finally:
-                unbind_rollout(token)
-        if self.session is not None and env.provider is not None:
-            await env.provider.release(self.session)
+        if self.episode is not None:
+            await self.episode.close()
+            if self.episode.cleanup_error:
+                log.warning("toolgym %s", self.episode.cleanup_error)
         await env.aclose()
 
 
-def _record_dict(r: CallRecord, index: int) -> dict[str, Any]:
-    return {"index": index, "name": r.name, "arguments": r.arguments, "parse_ok": r.parse_ok, "name_ok": r.name_ok,
-            "args_ok": r.args_ok, "exec_ok": r.exec_ok, "error": r.error, "result": r.result}
+class _PassThrough:
+    """Builds a copy of an MCP tool's argument metadata whose validation hands the arguments over unchanged."""
+
+    @staticmethod
+    def of(meta: Any) -> Any:
+        class Raw(type(meta)):  # type: ignore[misc]
+            def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+                return dict(arguments_to_validate)
+
+        return Raw.model_validate(meta, from_attributes=True) if hasattr(meta, "model_validate") else meta
+
+
+def _record_dict(r: CallRecord) -> dict[str, Any]:
+    return {"turn": r.turn, "name": r.name, "arguments": r.arguments, "parse_ok": r.parse_ok, "name_ok": r.name_ok,
+            "args_ok": r.args_ok, "exec_ok": r.exec_ok, "error": r.error, "result": r.result,
+            "latency_s": r.latency_s, "server": r.server}
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
@@ -248,59 +270,6 @@ def _msg_dict(m: Any) -> dict[str, Any]:
         if "function" not in tc:
             tc["function"] = {"name": tc.pop("name", ""), "arguments": tc.pop("arguments", "")}
     return d
-
-
-def calls_and_turns(
-    messages: list[dict[str, Any]], records: list[dict[str, Any]], stop_at: int | None = None
-) -> tuple[list[dict[str, Any]], list[CallRecord], list[AssistantTurn]]:
-    """toolgym messages, CallRecords and AssistantTurns from a verifiers transcript. Each call's outcome comes from
-    the toolset's record of it (matched in order); calls that never reached the toolset (unknown tool, unparsable
-    arguments) get failed flags. When a toolgym `@stop` condition held after `stop_at` recorded calls, the transcript
-    is cut before the next assistant turn, as toolgym's own loop would have ended the rollout there."""
-    pending = list(records)
-    calls: list[CallRecord] = []
-    turns: list[AssistantTurn] = []
-    kept: list[dict[str, Any]] = []
-    stopped = stop_at == 0
-    for m in messages:
-        if m.get("role") == "assistant" and stopped:
-            break
-        kept.append(m)
-        if m.get("role") != "assistant":
-            continue
-        turn_idx = len(turns)
-        tcs = []
-        for i, tc in enumerate(m.get("tool_calls") or []):
-            fn = tc["function"]
-            raw = fn.get("arguments")
-            try:
-                args = json.loads(raw) if isinstance(raw, str) else raw
-                err = None if isinstance(args, dict) else "not a JSON object"
-            except json.JSONDecodeError as exc:
-                args, err = None, str(exc)
-            call = ToolCall(name=fn.get("name", ""), arguments=args if err is None else None, id=tc.get("id", f"c{i}"),
-                            raw_arguments=raw if isinstance(raw, str) else None, parse_error=err)
-            tcs.append(call)
-            rec = next((r for r in pending if r["name"] == call.name and r["arguments"] == call.arguments), None)
-            if rec is not None:
-                pending.remove(rec)
-                calls.append(CallRecord(turn=turn_idx, name=call.name, arguments=call.arguments,
-                                        parse_ok=rec["parse_ok"], name_ok=rec["name_ok"], args_ok=rec["args_ok"],
-                                        exec_ok=rec["exec_ok"], error=rec["error"], result=rec["result"]))
-                if stop_at is not None and rec.get("index") == stop_at - 1:
-                    stopped = True
-            else:
-                calls.append(CallRecord(turn=turn_idx, name=call.name, arguments=call.arguments, parse_ok=call.parse_ok,
-                                        name_ok=False, args_ok=False, exec_ok=False,
-                                        error="the call did not reach the toolgym toolset"))
-        content = m.get("content") or ""
-        reasoning = m.get("reasoning_content") or None
-        think = _THINK.findall(content)
-        if think and not reasoning:
-            reasoning = "\n".join(t.strip() for t in think)
-            content = _THINK.sub("", content).strip()
-        turns.append(AssistantTurn(content=content, tool_calls=tcs, reasoning=reasoning))
-    return kept, calls, turns
 
 
 class ToolgymTask(vf.Task[ToolgymData, ToolgymState, ToolgymTaskConfig]):
@@ -332,33 +301,44 @@ class ToolgymTask(vf.Task[ToolgymData, ToolgymState, ToolgymTaskConfig]):
     async def _compute(self, trace: vf.Trace) -> dict[str, float]:
         env = self.scorer_env()
         shared = dict(getattr(trace.state, "toolgym", {}) or {})
-        server_rewards: dict[str, float] = shared.get("server_rewards", {})
-        server_errors: dict[str, str] = shared.get("server_errors", {})
+        for name, error in (shared.get("server_errors") or {}).items():
+            raise RewardError(f"reward function {name!r} raised in the toolset: {error}")
+        server_rewards: dict[str, float] = shared.get("server_rewards") or {}
+        missing = [n for n, fn, *_ in env.rubric.items if server_side(fn) and n not in server_rewards]
+        if missing:
+            raise RewardError(f"reward function(s) {missing} need the MCP session and the toolset published no value")
         task = dict(self.data.task)
-        messages, calls, turns = calls_and_turns([_msg_dict(m) for m in trace.messages], shared.get("records", []),
-                                                 shared.get("stop_at"))
-        traj = Trajectory(example_id=self.data.example_id, task=task, messages=messages, calls=calls)
-        traj.stop_reason = shared.get("done") or trace.stop_condition or "no_tool_call"
-        state = {"task": task, "stop_reason": traj.stop_reason}
-        inputs = {"state": state, "task": task, "trajectory": traj, "calls": calls, "messages": messages,
-                  "turns": turns, "env": _NoSession(env)}
-        out: dict[str, float] = {}
-        for name, fn, _weight, wanted in env.rubric.items:
-            if name in server_errors:
-                raise RuntimeError(f"reward function {name!r} raised in the toolset: {server_errors[name]}")
-            if server_side(fn):
-                if name not in server_rewards:
-                    raise RuntimeError(f"reward function {name!r} needs the MCP session and the toolset published "
-                                       "no value for it")
-                out[name] = server_rewards[name]
+        records = [CallRecord(**r) for r in shared.get("records") or []]
+        messages, turns, calls = replay_transcript([_msg_dict(m) for m in trace.messages], records,
+                                                   shared.get("stop_at"), env.max_turns,
+                                                   set(load_spec(self.PACKAGE_DIR)["tools"]))
+        reason = shared.get("done") or trace.stop_condition or "no_tool_call"
+        traj = Trajectory(example_id=self.data.example_id, task=task, messages=messages, calls=calls,
+                          stop_reason=reason)
+        scored = await score_rollout(_NoSession(env), task, {"task": task, "stop_reason": reason}, traj, turns,
+                                     server_rewards)
+        return {**scored.rewards, **scored.metrics, **{f"acc_{k}": v for k, v in scored.accuracy.items()}}
+
+    @vf.stop
+    async def toolgym_turn(self, response: vf.Response, trace: vf.Trace) -> bool:
+        """Never stops a rollout: tells the toolset, through the rollout's state, how many of this model response's
+        tool calls will reach it (known tools, arguments that parse as an object): they are one toolgym turn."""
+        tools = set(load_spec(self.PACKAGE_DIR)["tools"])
+        n = 0
+        for tc in response.message.tool_calls or []:
+            try:
+                n += tc.name in tools and isinstance(json.loads(tc.arguments or "{}"), dict)
+            except json.JSONDecodeError:
                 continue
-            value = fn(**(inputs if wanted is None else {k: inputs[k] for k in wanted}))
-            if inspect.isawaitable(value):
-                value = await value
-            out[name] = float(value)
-        for key, value in _accuracy_metrics(traj, turns, task).items():
-            out[f"acc_{key}"] = value
-        return out
+        previous = getattr(trace.state, "toolgym_turn", None) or {}
+        trace.state.toolgym_turn = {"index": int(previous.get("index", -1)) + 1, "calls": n}
+        return False
+
+    @vf.stop
+    async def toolgym_stopped(self, trace: vf.Trace) -> bool:
+        """Ends the rollout before the next model call once the toolgym episode is over (a toolgym `@stop` held, or
+        the env's `max_turns`), as toolgym's own loop does."""
+        return bool((getattr(trace.state, "toolgym", None) or {}).get("done"))
 
     @vf.metric
     async def toolgym_accuracy(self, trace: vf.Trace) -> dict[str, float]:
@@ -384,8 +364,9 @@ def build_task_class(name: str, module: str, package_dir: Path, toolset: type[To
     for entry in spec["rewards"]:
         key, weight = entry["name"], float(entry["weight"])
 
-        async def fn(self: ToolgymTask, trace: vf.Trace, _key: str = key) -> float:
-            return (await self.toolgym_scores(trace))[_key]
+        async def fn(self: ToolgymTask, trace: vf.Trace, _key: str = key) -> float | dict[str, float]:
+            value = (await self.toolgym_scores(trace)).get(_key)
+            return {} if value is None else value  # a metric that does not apply to this rollout: left out
 
         fn.__name__ = fn.__qualname__ = method_name(key)
         fn.__doc__ = f"toolgym rubric entry {key!r} (weight {weight})."

@@ -22,21 +22,26 @@ arguments and the rewards. The contract (read from TRL 1.16's `GRPOTrainer`):
   transformers' `get_json_schema` from signatures and Google-style docstrings, so this module builds one class per
   env with one async method per model-visible tool, whose signature and docstring are generated from the tool's MCP
   `inputSchema` (hidden arguments removed; enums become `Literal`, other nested schemas `list`/`dict`/`Any`).
-* `reset(**row)` is called with every column of the dataset row before a rollout. Here it acquires an MCP session,
-  runs the env's `setup_state` (hidden calls such as `new_game`) and returns the text of the env's first user
-  message (TRL appends it to the row's prompt, whose user message is left empty for that reason).
-* A tool call runs through toolgym's own `_execute_call` (visibility, JSON-schema validation, hidden-argument
-  injection via `update_tool_args`, the MCP call, error text shown to the model) and is recorded as a `CallRecord`.
-  `env_response` runs after each call; messages it returns are appended to that call's tool output (TRL only
-  appends tool messages). Once a `@stop` condition holds, later calls answer "the episode is over" and are not
+* `reset(**row)` is called with every column of the dataset row before a rollout. Here it closes the previous
+  rollout's `Episode` (`toolgym.episode`: cleanup, release) and opens one for the row's task -- acquire a session
+  (with the task, so sandbox fixtures that name task fields work; a dead shared session is replaced), the env's
+  `setup_state` (hidden calls such as `new_game`) -- and returns the text of the env's first user message (TRL
+  appends it to the row's prompt, whose user message is left empty for that reason).
+* A tool call runs through the episode (visibility, JSON-schema validation, hidden-argument injection, the MCP call,
+  error text shown to the model) and is recorded as a `CallRecord`. TRL 1.16 runs one assistant turn's async tool
+  calls together (`asyncio.gather`): the calls that arrive in the same event-loop pass form one turn, run in order,
+  then `env_response` runs once for the turn; messages it returns are appended to the turn's last tool output (TRL
+  only appends tool messages). Once a `@stop` condition holds, later calls answer "the episode is over" and are not
   recorded, and scoring cuts the completion after the turn that made the stop hold (toolgym's own loop would have
-  ended there; TRL's loop stops when the model stops calling tools or after `max_tool_calling_iterations`).
+  ended there; TRL's loop stops when the model stops calling tools or after `max_tool_calling_iterations`) and
+  after the env's `max_turns` turns.
 * Reward functions receive `environments` (TRL passes the rollout's instances); each rollout is scored once by the
   env's `Rubric` (all functions see `state`, `task`, `calls`, `messages`, `turns`, `trajectory`, `env` as in
   toolgym), and each returned function reads one entry. Weight-0 entries and the tool-call accuracy rates
   (`tool_name_ok`, `tool_args_ok`, `tool_exec_ok`, `call_match`) get weight 0: TRL logs them every step.
-* A raising reward function cannot fail one rollout inside TRL: it is logged (warning), counted in
-  `TRLEnv.errors`, and that rollout's rewards are `None` (TRL excludes them, it does not count them as 0).
+* A raising reward function, a failed setup or a server that died mid-rollout cannot fail one rollout inside TRL: it
+  is logged (warning), counted in `TRLEnv.errors`, and that rollout's rewards are `None` (TRL excludes them, it does
+  not count them as 0).
 
 All MCP work runs on one background event loop per process (sessions are bound to the loop that opened them);
 TRL's async tool calls hop onto it, its synchronous `reset` and reward calls block on it.
@@ -52,15 +57,14 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from toolgym.env import StatefulToolEnv, bind_rollout, unbind_rollout
-from toolgym.rollout import _accuracy_metrics, _execute_call
-from toolgym.types import AssistantTurn, CallRecord, ToolCall, Trajectory
+from toolgym.env import StatefulToolEnv
+from toolgym.episode import Episode, replay_transcript
+from toolgym.types import AssistantTurn, ToolCall
 
 log = logging.getLogger("toolgym.trl")
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.S)
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
                                "object": dict}
 ACCURACY_METRICS = ("tool_name_ok", "tool_args_ok", "tool_exec_ok", "call_match")
@@ -118,7 +122,7 @@ def _make_tool(method_name: str, tool_name: str, schema: dict[str, Any]) -> Call
     required = set(params.get("required") or [])
 
     async def tool(self: _TRLEnvBase, **kwargs: Any) -> str:
-        return await self._adapter._loop.wrap(self._call_tool(tool_name, kwargs))
+        return await self._call_in_turn(tool_name, kwargs)
 
     sig_params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {"return": str}
@@ -140,169 +144,124 @@ def _make_tool(method_name: str, tool_name: str, schema: dict[str, Any]) -> Call
     return tool
 
 
+class _Turn:
+    """The calls of one assistant turn, as they arrive from TRL's tool loop, and their answers once run."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self.sealed = False
+        self.texts: list[str] | None = None
+
+
 class _TRLEnvBase:
     """Base of the generated per-env classes. Public methods other than `reset` are tools: keep helpers private."""
 
-    _adapter: TRLEnv
+    _adapter: ClassVar[TRLEnv]
 
     def __init__(self) -> None:
-        self._session: Any = None
-        self._state: dict[str, Any] | None = None
-        self._task: dict[str, Any] = {}
-        self._initial: list[dict[str, Any]] = []
-        self._records: list[CallRecord] = []
-        self._done: str | None = None
+        self._episode: Episode | None = None
+        self._turn: _Turn | None = None
         self._score: tuple[dict[str, float], dict[str, float], float] | None = None
         self._error: str | None = None
-        self._stop_at: int | None = None
+        self._lock: asyncio.Lock | None = None
         self._adapter._instances.append(self)
 
     # ---------------------------------------------------------------- TRL contract
     def reset(self, **row: Any) -> str | None:
         a = self._adapter
-        a._loop.run(self._finish())
+        a.run(self._finish())
         task = json.loads(row["toolgym_task"]) if "toolgym_task" in row else {
             k: v for k, v in row.items() if k != "prompt"}
-        self._task, self._records, self._done, self._score, self._error = task, [], None, None, None
-        self._stop_at = None
-        self._state = {"task": task, "example_id": int(row.get("toolgym_example_id", 0)), "rollout_index": 0}
-        a._loop.run(self._setup())
-        non_system = [m for m in self._initial if m.get("role") != "system"]
+        self._score, self._error, self._turn = None, None, None
+        self._episode = a.env.episode(task, int(row.get("toolgym_example_id", 0)))
+        try:
+            a.run(self._episode.start())
+        except Exception as exc:  # noqa: BLE001 - the rollout is failed (rewards None), TRL goes on
+            self._fail(f"setup failed: {type(exc).__name__}: {exc}")
+            return None
+        non_system = [m for m in self._episode.messages if m.get("role") != "system"]
         return "\n\n".join(str(m.get("content") or "") for m in non_system) or None
 
-    # ---------------------------------------------------------------- on the adapter's loop
-    async def _setup(self) -> None:
-        env = self._adapter.env
-        provider = env.provider
-        self._session = await provider.acquire() if provider is not None else None
-        token = bind_rollout(self._session, self._state)  # type: ignore[arg-type]
-        try:
-            await env.setup_state(self._state, self._task)  # type: ignore[arg-type]
-            self._initial = env.initial_messages(self._task, self._state)  # type: ignore[arg-type]
-            self._done = await env.is_done(self._state)  # type: ignore[arg-type]
-            self._stop_at = 0 if self._done else None
-        finally:
-            unbind_rollout(token)
+    # ---------------------------------------------------------------- tool calls (on TRL's loop)
+    async def _call_in_turn(self, name: str, args: dict[str, Any]) -> str:
+        """Run one tool call of the current turn: calls TRL starts together (one turn's, gathered) are run in order
+        as one turn on the adapter's loop, then `env_response` once; returns this call's answer."""
+        turn = self._turn
+        if turn is None or turn.sealed:
+            turn = self._turn = _Turn()
+        index = len(turn.calls)
+        turn.calls.append(ToolCall(name=name, arguments=args, id=f"call_{index}"))
+        await asyncio.sleep(0)  # the other calls TRL gathered for this turn register before any runs
+        turn.sealed = True
+        texts = await self._adapter.wrap(self._run_turn(turn))
+        return texts[index]
 
-    async def _call_tool(self, name: str, args: dict[str, Any]) -> str:
-        env, state = self._adapter.env, self._state
-        if state is None:
+    async def _run_turn(self, turn: _Turn) -> list[str]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if turn.texts is None:
+                turn.texts = await self._play(turn.calls)
+        return turn.texts
+
+    async def _play(self, calls: list[ToolCall]) -> list[str]:
+        ep = self._episode
+        if ep is None:
             raise RuntimeError("a tool was called before reset()")
-        if self._done:
-            return f"Error: the episode is over ({self._done}); no more tool calls are accepted."
-        call = ToolCall(name=name, arguments=args, id=f"call_{len(self._records)}")
-        token = bind_rollout(self._session, state)
+        if self._error is not None:
+            return [f"Error: the episode failed ({self._error})"] * len(calls)
+        if ep.done:
+            return [f"Error: the episode is over ({ep.stop_reason}); no more tool calls are accepted."] * len(calls)
+        ep.begin_turn(AssistantTurn(content="", tool_calls=list(calls)))
+        texts = []
         try:
-            rec, text = await _execute_call(env, call, state, len(self._records), self._session)
-            self._records.append(rec)
-            turn = AssistantTurn(content="", tool_calls=[call])
-            extra = await env.env_response(state, turn, [rec])
-            if extra:
-                text += "".join(f"\n\n{m.get('content', '')}" for m in extra)
-            self._done = await env.is_done(state)
-            if self._done:
-                self._stop_at = len(self._records)
-        finally:
-            unbind_rollout(token)
-        return text
+            for call in calls:
+                texts.append((await ep.call(call)).text)
+            extra = await ep.end_turn()
+        except Exception as exc:  # noqa: BLE001 - a dead server or a failing hook fails this rollout only
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return texts + [f"Error: the episode failed ({self._error})"] * (len(calls) - len(texts))
+        if extra and texts:
+            texts[-1] += "".join(f"\n\n{m.get('content', '')}" for m in extra)
+        return texts
 
-    async def _scored(self, completion: list[dict[str, Any]] | str) -> tuple[dict[str, float], dict[str, float], float] | None:
+    def _fail(self, error: str) -> None:
+        self._error = error
+        self._adapter.errors.append(error)
+        log.warning("toolgym rollout failed (its rewards are None): %s", error)
+
+    # ---------------------------------------------------------------- scoring and cleanup (on the adapter's loop)
+    async def _scored(self, completion: list[dict[str, Any]] | str
+                     ) -> tuple[dict[str, float], dict[str, float], float] | None:
+        """The rollout's (rewards, metrics, total) from TRL's completion, computed once; None when it failed."""
         if self._score is not None or self._error is not None:
             return self._score
-        env, state = self._adapter.env, self._state
-        if state is None:
+        ep = self._episode
+        if ep is None:
             return None
-        names = self._adapter.env_class._tool_names  # type: ignore[attr-defined]
-        completion = _cut_at_stop(completion, self._stop_at, set(names) | set(names.values()))
-        turns = _turns_from_completion(completion)
-        messages = [*self._initial, *completion]
-        traj = Trajectory(example_id=state.get("example_id", 0), task=self._task, messages=messages,
-                          calls=list(self._records))
-        traj.stop_reason = self._done or ("max_turns" if turns and turns[-1].tool_calls else "no_tool_call")
-        state["stop_reason"] = traj.stop_reason
-        traj.metrics = _accuracy_metrics(traj, turns, self._task)
-        token = bind_rollout(self._session, state)
+        if isinstance(completion, str):
+            completion = [{"role": "assistant", "content": completion}]
+        stop_after = len(ep.calls) if ep.done else None
+        tools = {t["function"]["name"] for t in ep.env.model_tools()}
+        messages, turns, calls = replay_transcript(list(completion), ep.calls, stop_after, ep.max_turns, tools)
         try:
-            rewards, metrics, total = await env.rubric.score(state=state, task=self._task, trajectory=traj,
-                                                             calls=traj.calls, messages=messages, turns=turns, env=env)
+            if not ep.done and turns and not turns[-1].tool_calls:  # the final answer: no call reached the episode
+                ep.begin_turn(turns[-1])  # its env_response, stop checks and on_no_call, as toolgym's loop runs them
+                await ep.end_turn()
+            reason = ep.stop_reason or ("max_turns" if turns and turns[-1].tool_calls else "no_tool_call")
+            self._score = await ep.score([*ep.messages, *messages], turns, calls, reason)
         except Exception as exc:  # noqa: BLE001 - reported and counted, never a silent 0
-            self._error = str(exc)
-            self._adapter.errors.append(self._error)
-            log.warning("toolgym reward failed on a rollout (its rewards are None): %s", exc)
+            self._fail(str(exc))
             return None
-        finally:
-            unbind_rollout(token)
-        self._score = (rewards, {**traj.metrics, **metrics}, total)
         return self._score
 
     async def _finish(self) -> None:
-        """Clean up the previous rollout (env.cleanup, release the session)."""
-        env, session, state = self._adapter.env, self._session, self._state
-        self._session = None
-        if session is None:
-            return
-        if not session.broken and state is not None:
-            token = bind_rollout(session, state)
-            try:
-                await env.cleanup(state)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("toolgym cleanup failed: %s", exc)
-            finally:
-                unbind_rollout(token)
-        if env.provider is not None:
-            await env.provider.release(session)
-
-
-def _cut_at_stop(completion: list[dict[str, Any]] | str, stop_at: int | None, tools: set[str]) -> list[dict[str, Any]]:
-    """The completion up to the turn whose call made a toolgym `@stop` hold (`stop_at` recorded calls): toolgym's own
-    loop would have ended the rollout there, so later turns are not scored."""
-    if isinstance(completion, str):
-        completion = [{"role": "assistant", "content": completion}]
-    if stop_at is None:
-        return list(completion)
-    out, seen = [], 0
-    for m in completion:
-        if m.get("role") == "assistant" and seen >= stop_at:
-            break
-        out.append(m)
-        if m.get("role") == "assistant":
-            seen += sum(1 for tc in m.get("tool_calls") or [] if tc.get("function", tc).get("name") in tools)
-    return out
-
-
-def _turns_from_completion(completion: list[dict[str, Any]] | str) -> list[AssistantTurn]:
-    """toolgym `AssistantTurn`s from TRL's completion messages (assistant turns with parsed `tool_calls`)."""
-    if isinstance(completion, str):
-        completion = [{"role": "assistant", "content": completion}]
-    turns = []
-    for m in completion:
-        if m.get("role") != "assistant":
-            continue
-        content = m.get("content") or ""
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        reasoning = m.get("reasoning_content") or m.get("reasoning")
-        think = _THINK.findall(content)
-        if think and not reasoning:
-            reasoning = "\n".join(t.strip() for t in think)
-            content = _THINK.sub("", content).strip()
-        calls = []
-        for i, tc in enumerate(m.get("tool_calls") or []):
-            fn = tc.get("function", tc)
-            args = fn.get("arguments")
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except json.JSONDecodeError:
-                    calls.append(ToolCall(name=fn.get("name", ""), arguments=None, id=f"c{i}", raw_arguments=args,
-                                          parse_error="invalid JSON"))
-                    continue
-            calls.append(ToolCall(name=fn.get("name", ""), arguments=args if isinstance(args, dict) else None,
-                                  id=f"c{i}", parse_error=None if isinstance(args, dict) else "not an object"))
-        parse_ok = not ("<tool_call>" in content and not calls)
-        turns.append(AssistantTurn(content=content, tool_calls=calls, reasoning=reasoning, parse_ok=parse_ok,
-                                   parse_error=None if parse_ok else "unparsed <tool_call> markup"))
-    return turns
+        """Close the previous rollout's episode (env.cleanup, release the session)."""
+        ep, self._episode = self._episode, None
+        if ep is not None:
+            await ep.close()
+            if ep.cleanup_error:
+                log.warning("toolgym %s", ep.cleanup_error)
 
 
 class TRLEnv:
@@ -321,21 +280,38 @@ class TRLEnv:
         self.errors: list[str] = []
         self._instances: list[_TRLEnvBase] = []
         self._loop = _Loop()
-        self._loop.run(env.start())
-        methods: dict[str, Any] = {"_adapter": self, "_tool_names": {}}
+        self.run(env.start())
+        methods: dict[str, Any] = {"_adapter": self}
         for schema in env.model_tools():
             tool_name = schema["function"]["name"]
             method = _identifier(tool_name)
             if method in ("reset", "get_reward") or method in methods:
                 raise ValueError(f"tool {tool_name!r} clashes with a name TRL reserves or another tool ({method!r})")
             methods[method] = _make_tool(method, tool_name, schema)
-            methods["_tool_names"][method] = tool_name
         cls_name = re.sub(r"\W", "", env.name.title()) or "Env"
         self.env_class: type[_TRLEnvBase] = type(f"{cls_name}TRLEnv", (_TRLEnvBase,), methods)
 
     @property
     def max_turns(self) -> int:
         return self.env.max_turns
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run `coro` on the adapter's event loop (where the MCP sessions live) and return its result."""
+        return self._loop.run(coro, timeout)
+
+    async def wrap(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Await `coro` on the adapter's event loop from another loop (TRL's)."""
+        return await self._loop.wrap(coro)
+
+    def episodes(self) -> list[tuple[Episode, tuple[dict[str, float], dict[str, float], float] | None]]:
+        """The current rollout of every environment instance TRL made: its `Episode` (task, state, call records,
+        first messages, stop reason) and its score `(rewards, metrics, total)` once the reward functions ran (else
+        None). For logging and benchmarks; `reset` replaces an instance's episode with the next one."""
+        return [(inst._episode, inst._score) for inst in self._instances if inst._episode is not None]
+
+    def episode_of(self, instance: Any) -> Episode | None:
+        """The current `Episode` of one environment instance (None before its first `reset`)."""
+        return instance._episode  # type: ignore[no-any-return]
 
     def environment_factory(self) -> _TRLEnvBase:
         """Pass as `GRPOTrainer(environment_factory=...)`: a new instance, one per concurrent rollout."""
@@ -382,7 +358,7 @@ class TRLEnv:
                 return [await e._scored(c) for e, c in zip(environments, completions, strict=True)]
 
             out: list[float | None] = []
-            for score in self._loop.run(all_scores()):
+            for score in self.run(all_scores()):
                 if score is None:
                     out.append(None)
                 elif from_rubric:

@@ -64,7 +64,8 @@ class SqlEnv(StatefulToolEnv):
     name = "sql"
     session_scope = "rollout"
     hidden_tools = {"dump_tables", "query_json", "open_session", "close_session"}
-    hidden_args = {t: ["session"] for t in ("list_tables", "describe_table", "run_query", "execute", "explain_query")}
+    hidden_args = {t: {"session": "db_session"}  # the argument `session`, filled from state["db_session"]
+                   for t in ("list_tables", "describe_table", "run_query", "execute", "explain_query")}
     system_prompt = SYSTEM_PROMPT
     default_policy = "scripted:reference"
     max_turns = 12
@@ -119,7 +120,7 @@ class SqlEnv(StatefulToolEnv):
             return ServerSpec.inprocess(build_server(db=self.db, seed=self.fixture_seed, template_db=self.template_db,
                                                      **self.server_args))
         if transport == "http":
-            from toolgym.mcp_bridge import free_port
+            from toolgym.sandbox import free_port
 
             port = free_port()
             return ServerSpec.http(f"http://127.0.0.1:{port}/mcp", launch=[
@@ -142,9 +143,6 @@ class SqlEnv(StatefulToolEnv):
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
         # an explicit handle works on every transport and protocol version (the 2026 protocol has no sessions)
         state["db_session"] = _json(await self.call("open_session"))["session"]
-
-    def update_tool_args(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        return {**args, "session": state["db_session"]} if tool in self.hidden_args else args
 
     async def cleanup(self, state: dict[str, Any]) -> None:
         if "db_session" in state:

@@ -92,7 +92,7 @@ class TicTacToeEnv(StatefulToolEnv):
     server = ServerSpec.stdio(["mcp-server-tictactoe"])
     session_scope = "shared"
     hidden_tools = {"new_game", "game_result", "end_game"}
-    hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}
+    hidden_args = {"make_move": ["game_id"], "get_board": ["game_id"]}  # filled from state["game_id"]
     system_prompt = SYSTEM_PROMPT
     default_policy = embedded_default_policy()
     # greedy, like the recipe's evals
@@ -239,9 +239,6 @@ class TicTacToeEnv(StatefulToolEnv):
         return [{"role": "system", "content": self.system_prompt},
                 {"role": "user", "content": f"{first}\n{state['board_text']}"}]
 
-    def update_tool_args(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        return {**args, "game_id": state["game_id"]}
-
     async def env_response(self, state, turn, records):  # type: ignore[no-untyped-def]
         if any(r.name == "make_move" and r.exec_ok and "Game over" in r.result for r in records):
             state["over"] = True
@@ -334,7 +331,7 @@ def _server_for(transport: str) -> ServerSpec:
 
         return ServerSpec.inprocess(build_server())
     if transport == "http":
-        from toolgym.mcp_bridge import free_port
+        from toolgym.sandbox import free_port
 
         port = free_port()
         return ServerSpec.http(f"http://127.0.0.1:{port}/mcp",

@@ -162,7 +162,7 @@ class WikiEnv(StatefulToolEnv):
 
             return ServerSpec.inprocess(build_server(index_path=path))
         if transport == "http":
-            from toolgym.mcp_bridge import free_port
+            from toolgym.sandbox import free_port
 
             port = free_port()
             return ServerSpec.http(f"http://127.0.0.1:{port}/mcp", launch=[

@@ -745,6 +745,11 @@ class PostgresBackend:
                                 str(e.orig).splitlines()[0] if e.orig else e)
         return name, password
 
+    @property
+    def ready(self) -> int:
+        """Clones ready to hand out now (a warm pool of `pool_size`)."""
+        return self._ready.qsize()
+
     def _fill_pool(self) -> None:
         """Background thread: keep `pool_size` clones ready so that opening a session is a connect, not a clone."""
         while not self._closing.is_set():

@@ -191,9 +191,6 @@ class World:
     entities: dict[str, Entity]
     order: list[str]
 
-    def of_kind(self, kind: str) -> list[Entity]:
-        return [self.entities[t] for t in self.order if self.entities[t].kind == kind]
-
     def articles(self) -> list[Article]:
         back = _backlinks(self)
         return [_render(self, self.entities[t], back, random.Random(f"{self.seed}:render:{t}")) for t in self.order]
