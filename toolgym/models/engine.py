@@ -311,6 +311,11 @@ class ModelPolicy(Policy):
         """The backend's `run_until` stepper for `ContinuousQueue`, or None (static batches only)."""
         return None
 
+    def weights_changed(self) -> None:
+        """The model's weights were modified (a trainer's optimizer step). A minimal no-op stand-in, kept only so
+        GRPOTrainer's explicit sync runs on this branch: the hf engine already notices in-place changes itself
+        (`_weights_version`); the model-policy branch gives this its real body (dropping the parked KV)."""
+
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None
     ) -> GenOutput:

@@ -1,15 +1,22 @@
 """The GRPO loop, colocated: the in-process transformers engine samples with the very model object being trained
-(no weight copy, no sync), then the trainer takes one optimizer step on the same weights. With `engine = "vllm"`
-an in-process vLLM engine samples instead and gets the new weights in place after every step (`sync_sampler`).
+(no weight copy), then the trainer takes one optimizer step on the same weights. With `engine = "vllm"` an
+in-process vLLM engine samples instead and gets the new weights in place after every step (`sync_sampler`).
 
 One step:
   1. examples: `step_examples(step)` -- a stratified slice of the task pool (every difficulty group present);
   2. rollouts: `rollouts_per_example` per example through the env (`run_rollouts`, batched generation), sampling
      seeded by (seed, step) so a resumed step replays the same games;
-  3. rewards from the env's rubric -> group-relative advantages (`loss.group_advantages`);
-  4. loss over the exact sampled tokens (`Trajectory.tokens`: ids, assistant mask, sampler logprobs), micro-batched
-     with gradient accumulation (`loss.token_weights` normalises over the whole step), grad clip, AdamW, schedule;
-  5. metrics line (rewards per function, win/draw/loss, tool-call validity, lengths, clip/KL, trainer-vs-sampler
+  3. `update`, as named steps:
+     a. `select_groups`: rewards from the env's rubric -> group-relative advantages (`loss.group_advantages`);
+        groups with an errored rollout dropped, zero-advantage sequences optionally skipped;
+     b. `micro_batches`: the exact sampled tokens (`Trajectory.tokens`: ids, assistant mask, sampler logprobs)
+        padded into `MicroBatch`es, each token weighted with the whole step's normalisers (`loss.token_weights`);
+     c. `train_step`, per micro-batch: trainer log-probs, drift vs the sampler (first pass), the reference's
+        log-probs for the KL, `loss.policy_loss`, backward (the gradients accumulate);
+     d. `optimizer_step`: grad clip, AdamW, schedule (c and d run `updates_per_batch` times on the same batch);
+     e. `sync_sampler`: hf -> `policy.weights_changed()` (drops KV the engine parked under the old weights);
+        vllm -> `update_weights` in place; vllm-server -> reload from a safetensors folder;
+  4. metrics line (rewards per function, win/draw/loss, tool-call validity, lengths, clip/KL, trainer-vs-sampler
      drift, timings) -> metrics.jsonl; checkpoint.
 """
 
@@ -22,8 +29,9 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolgym.train.config import GRPOConfig
 from toolgym.train.data import answer_only, pad_batch, step_examples
@@ -37,7 +45,10 @@ from toolgym.train.runstate import (
     save_checkpoint,
     save_hf,
 )
-from toolgym.types import Trajectory
+from toolgym.types import TokenTrace, Trajectory
+
+if TYPE_CHECKING:
+    import torch
 
 RESUME_KEYS = ("model", "env", "env_args", "num_examples", "dataset_seed", "batch_size", "rollouts_per_example",
                "loss_type", "lora", "seed")
@@ -72,6 +83,55 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
 
 def _lr_of(sched: Any) -> float:
     return float(sched.get_last_lr()[0])
+
+
+@dataclass
+class MicroBatch:
+    """Sequences of one forward/backward, right-padded to a common length T (cut at max_seq_len). [B, T] unless
+    noted; `pg_mask` and `sampled_mask` are 0 at position 0 (it has no prediction) and on padding."""
+
+    ids: torch.Tensor  # token ids (pad id past each sequence's end)
+    attn: torch.Tensor  # attention mask: 1 on real tokens
+    pg_mask: torch.Tensor  # the policy gradient's tokens: every sampled token, or each turn's answer (pg_tokens)
+    sampled_mask: torch.Tensor  # every sampled token: the log-prob window and the KL anchor's tokens
+    sampler_logp: torch.Tensor  # the sampler's log-prob of each sampled token (0 elsewhere): the drift's baseline
+    old_logp: torch.Tensor  # behaviour log-probs in the ratio: sampler_logp, or the trainer's before the update
+    adv: torch.Tensor  # [B] group-relative advantage of each sequence
+    pg_weights: torch.Tensor  # each token's weight in the policy term (token_weights over pg_mask, step normalisers)
+    kl_weights: torch.Tensor  # each token's weight in the KL term (over sampled_mask; pg_weights when they agree)
+
+
+@dataclass
+class Totals:
+    """Sums over the micro-batches of every pass of one update: loss stats weighted by policy-gradient tokens; the
+    drift (trainer before the update vs sampler, over the policy-gradient tokens) from the first pass only."""
+
+    tokens: float = 0.0
+    clip_frac_sum: float = 0.0
+    kl_sum: float = 0.0
+    ratio_sum: float = 0.0
+    drift_abs_sum: float = 0.0
+    drift_max: float = 0.0
+    drift_kl_sum: float = 0.0  # k1 estimate of KL(sampler || trainer)
+
+    def add_loss_stats(self, st: dict[str, Any]) -> None:
+        self.clip_frac_sum += st["clip_frac"] * st["tokens"]
+        self.kl_sum += st["kl"] * st["tokens"]
+        self.ratio_sum += st["ratio_mean"] * st["tokens"]
+        self.tokens += st["tokens"]
+
+    def add_drift(self, logp: torch.Tensor, b: MicroBatch) -> None:
+        d = (logp - b.sampler_logp) * b.pg_mask
+        self.drift_abs_sum += float(d.abs().sum())
+        self.drift_max = max(self.drift_max, float(d.abs().max()))
+        self.drift_kl_sum += float((-d).sum())
+
+    def stats(self, passes: int) -> dict[str, float]:
+        tok = max(self.tokens, 1.0)
+        n0 = tok / passes  # tokens of one pass
+        return {"clip_frac": self.clip_frac_sum / tok, "kl_ref": self.kl_sum / tok, "ratio_mean": self.ratio_sum / tok,
+                "drift_abs": self.drift_abs_sum / n0, "drift_max": self.drift_max,
+                "drift_kl": self.drift_kl_sum / n0, "train_tokens": n0}
 
 
 class GRPOTrainer:
@@ -139,11 +199,17 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ sampler
     def sync_sampler(self) -> float:
-        """Push the trainer's current weights into a separate sampler engine (vllm); returns seconds taken.
-        LoRA: the adapter is merged for the copy (HF names, `base_layer` unwrapped) and unmerged again."""
-        if self.cfg.engine == "hf" or not self.cfg.sync_weights:
-            return 0.0
+        """Bring the sampler up to the trainer's current weights; returns seconds taken. hf: the sampler runs the
+        trained module itself, so only what depends on the weights goes (`weights_changed`: the engine's parked KV
+        cache). vllm: the weights are copied into the engine in place (`update_weights`); vllm-server: written to a
+        folder the server reloads from. `sync_weights = False` skips the copy (only to measure a stale sampler's
+        drift). LoRA: the adapter is merged for the copy (HF names, `base_layer` unwrapped) and unmerged again."""
         t0 = time.perf_counter()
+        if self.cfg.engine == "hf":
+            self.policy.weights_changed()
+            return time.perf_counter() - t0
+        if not self.cfg.sync_weights:
+            return 0.0
         if self.is_lora:
             self.model.merge_adapter()
             try:
@@ -194,14 +260,27 @@ class GRPOTrainer:
         return await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
 
     # ------------------------------------------------------------------------------------------------ update
-    def _logp(self, model: Any, b: dict[str, Any]) -> Any:
-        return masked_logprobs(model, b["ids"], b["attn"], b.get("logp_mask", b["mask"]), self.cfg.temperature)
-
     def update(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """One learning step on a rollout batch: select groups -> micro-batches -> `updates_per_batch` x (train step,
+        optimizer step) -> sync the sampler. Returns the stats (metrics.jsonl keys, and `sync_s`)."""
+        seqs, adv, stats = self.select_groups(trajs)
+        if seqs:
+            batches, stats["truncated"] = self.micro_batches(seqs, adv)
+            totals = Totals()
+            for it in range(self.cfg.updates_per_batch):
+                stats["loss"] = self.train_step(batches, totals, first=it == 0)
+                stats["grad_norm"] = self.optimizer_step()
+            stats.update(totals.stats(self.cfg.updates_per_batch))
+        stats["sync_s"] = self.sync_sampler()
+        return stats
+
+    def select_groups(self, trajs: list[Trajectory]) -> tuple[list[TokenTrace], Any, dict[str, float]]:
+        """The sequences to train on and their group-relative advantages. A group with an errored or token-less
+        rollout is dropped (`drop_errored`; else that rollout counts as reward 0); `skip_constant_groups` leaves
+        out the sequences whose advantage is 0."""
         import torch
 
-        cfg = self.cfg
-        G = cfg.rollouts_per_example
+        cfg, G = self.cfg, self.cfg.rollouts_per_example
         groups = [trajs[i : i + G] for i in range(0, len(trajs), G)]
         kept: list[Trajectory] = []
         rewards: list[float] = []
@@ -213,81 +292,94 @@ class GRPOTrainer:
             rewards.extend(0.0 if t in bad else t.reward for t in g)
         stats: dict[str, float] = {"groups_used": len(kept) // G, "groups_dropped": len(groups) - len(kept) // G}
         if not kept:
-            return stats
+            return [], None, stats
         adv = group_advantages(torch.tensor(rewards), G, scale=cfg.scale_rewards)
         stats["zero_adv_groups"] = float(sum(1 for i in range(0, len(adv), G) if adv[i : i + G].abs().max() < 1e-8))
         stats["adv_abs_mean"] = float(adv.abs().mean())
         idx = list(range(len(kept)))
         if cfg.skip_constant_groups:
             idx = [i for i in idx if abs(float(adv[i])) > 1e-8]
-        if not idx:
-            return stats
-        sampled = [kept[i].tokens for i in idx]  # every sampled token: the KL anchor's tokens
-        traces = sampled  # the policy gradient's tokens
+        return [kept[i].tokens for i in idx], adv[idx], stats
+
+    def micro_batches(self, sampled: list[TokenTrace], adv: Any) -> tuple[list[MicroBatch], float]:
+        """The step's sequences cut into micro-batches of padded tensors, each token weighted with the whole step's
+        normalisers (`token_weights`: accumulating the micro-batches' gradients gives the one-batch gradient);
+        also the number of sequences cut at max_seq_len."""
+        cfg, n_seqs = self.cfg, len(sampled)
+        pg = sampled  # the policy gradient's tokens: every sampled token, or each turn's answer only
         if cfg.pg_tokens == "answer":
-            traces = [answer_only(t, self.reasoning_end_ids) for t in sampled]
+            pg = [answer_only(t, self.reasoning_end_ids) for t in sampled]
         max_len = cfg.max_tokens * int(getattr(self.env, "max_turns", 1))  # dr_grpo's constant normaliser
 
-        def n_loss_tokens(ts: list[Any]) -> int:
+        def n_loss_tokens(ts: list[TokenTrace]) -> int:
             return sum(sum(t.mask[1 : min(len(t), cfg.max_seq_len)]) for t in ts)
 
-        n_tokens, n_sampled = n_loss_tokens(traces), n_loss_tokens(sampled)
-        stats["truncated"] = float(sum(len(t) > cfg.max_seq_len for t in traces))
+        n_pg, n_sampled = n_loss_tokens(pg), n_loss_tokens(sampled)
         batches = []
-        for j in range(0, len(idx), cfg.micro_batch_size):
-            b = pad_batch(traces[j : j + cfg.micro_batch_size], self.pad, cfg.max_seq_len)
-            b = {k: v.to(self.dev) for k, v in b.items()}
-            b["adv"] = adv[idx[j : j + cfg.micro_batch_size]].to(self.dev)
-            b["w"] = token_weights(b["mask"], cfg.loss_type, len(idx), n_tokens, max_len)
-            if traces is not sampled:  # log-probs (and the KL) over every sampled token, the gradient on the answer
-                full = pad_batch(sampled[j : j + cfg.micro_batch_size], self.pad, cfg.max_seq_len)["mask"]
-                b["logp_mask"] = full.to(self.dev)
-                b["kl_w"] = token_weights(b["logp_mask"], cfg.loss_type, len(idx), n_sampled, max_len)
-            batches.append(b)
-        acc: dict[str, float] = {}
-        for it in range(cfg.updates_per_batch):
-            self.model.train()
-            if it == 0 and cfg.old_logprobs == "trainer":
-                with torch.no_grad():
-                    for b in batches:
-                        b["old"] = self._logp(self.model, b)
-            loss_total = 0.0
-            for b in batches:
-                logp = self._logp(self.model, b)
-                if it == 0:  # off-policy drift: trainer (before the update) vs sampler log-probs
-                    m = b["mask"]
-                    d = (logp.detach() - b["sampler_logp"]) * m
-                    acc["drift_abs_sum"] = acc.get("drift_abs_sum", 0.0) + float(d.abs().sum())
-                    acc["drift_max"] = max(acc.get("drift_max", 0.0), float(d.abs().max()))
-                    acc["drift_kl_sum"] = acc.get("drift_kl_sum", 0.0) + float((-d).sum())
-                old = b["sampler_logp"] if cfg.old_logprobs == "sampler" else b["old"]
-                ref = None
-                if cfg.kl_coef > 0:
-                    with torch.no_grad():
-                        if self.is_lora:
-                            with self.model.disable_adapter():
-                                ref = self._logp(self.model, b)
-                        else:
-                            ref = self._logp(self.ref, b)
-                loss, st = policy_loss(logp, old, b["adv"], b["w"], cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
-                                       cfg.epsilon_high_is, ref, cfg.kl_coef, b.get("kl_w"))
-                loss.backward()
-                loss_total += float(loss.detach())
-                for k in ("clip_frac", "kl", "ratio_mean"):
-                    acc[k + "_sum"] = acc.get(k + "_sum", 0.0) + st[k] * st["tokens"]
-                acc["tok"] = acc.get("tok", 0.0) + st["tokens"]
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            self.opt.step()
-            self.sched.step()
-            self.opt.zero_grad(set_to_none=True)
-            stats["loss"] = loss_total
-            stats["grad_norm"] = float(gn)
-        tok = max(acc.get("tok", 1.0), 1.0)
-        n0 = tok / cfg.updates_per_batch
-        stats.update({"clip_frac": acc["clip_frac_sum"] / tok, "kl_ref": acc["kl_sum"] / tok,
-                      "ratio_mean": acc["ratio_mean_sum"] / tok, "drift_abs": acc["drift_abs_sum"] / n0,
-                      "drift_max": acc["drift_max"], "drift_kl": acc["drift_kl_sum"] / n0, "train_tokens": n0})
-        return stats
+        for j in range(0, n_seqs, cfg.micro_batch_size):
+            part = slice(j, j + cfg.micro_batch_size)
+            t = {k: v.to(self.dev) for k, v in pad_batch(pg[part], self.pad, cfg.max_seq_len).items()}
+            pg_weights = token_weights(t["mask"], cfg.loss_type, n_seqs, n_pg, max_len)
+            sampled_mask, kl_weights = t["mask"], pg_weights
+            if pg is not sampled:  # log-probs (and the KL) over every sampled token, the gradient on the answer
+                sampled_mask = pad_batch(sampled[part], self.pad, cfg.max_seq_len)["mask"].to(self.dev)
+                kl_weights = token_weights(sampled_mask, cfg.loss_type, n_seqs, n_sampled, max_len)
+            batches.append(MicroBatch(ids=t["ids"], attn=t["attn"], pg_mask=t["mask"], sampled_mask=sampled_mask,
+                                      sampler_logp=t["sampler_logp"], old_logp=t["sampler_logp"],
+                                      adv=adv[part].to(self.dev), pg_weights=pg_weights, kl_weights=kl_weights))
+        return batches, float(sum(len(t) > cfg.max_seq_len for t in sampled))
+
+    def train_step(self, batches: list[MicroBatch], totals: Totals, first: bool) -> float:
+        """Forward and backward over every micro-batch (the gradients accumulate); returns the step's loss. The
+        first pass also measures the drift (trainer before the update vs sampler) and, with `old_logprobs =
+        "trainer"`, first sets the behaviour log-probs to the trainer's own."""
+        import torch
+
+        cfg = self.cfg
+        self.model.train()
+        if first and cfg.old_logprobs == "trainer":
+            with torch.no_grad():
+                for b in batches:
+                    b.old_logp = self._logp(self.model, b)
+        loss_total = 0.0
+        for b in batches:
+            logp = self._logp(self.model, b)
+            if first:
+                totals.add_drift(logp.detach(), b)
+            loss, st = policy_loss(logp, b.old_logp, b.adv, b.pg_weights, cfg.loss_type, cfg.epsilon,
+                                   cfg.epsilon_high, cfg.epsilon_high_is, self.ref_logprobs(b), cfg.kl_coef,
+                                   b.kl_weights)
+            loss.backward()
+            loss_total += float(loss.detach())
+            totals.add_loss_stats(st)
+        return loss_total
+
+    def optimizer_step(self) -> float:
+        """Clip the accumulated gradient, step AdamW and the schedule, zero the gradient; returns the grad norm."""
+        import torch
+
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(gn)
+
+    def _logp(self, model: Any, b: MicroBatch) -> Any:
+        """Log-probs of the sampled tokens (the window from the first sampled token on; 0 before it)."""
+        return masked_logprobs(model, b.ids, b.attn, b.sampled_mask, self.cfg.temperature)
+
+    def ref_logprobs(self, b: MicroBatch) -> Any:
+        """The reference's log-probs for the KL anchor (None without one): the starting weights, or with LoRA the
+        base model (adapter disabled)."""
+        import torch
+
+        if self.cfg.kl_coef <= 0:
+            return None
+        with torch.no_grad():
+            if self.is_lora:
+                with self.model.disable_adapter():
+                    return self._logp(self.model, b)
+            return self._logp(self.ref, b)
 
     # ------------------------------------------------------------------------------------------------ loop
     async def _run(self) -> dict[str, Any]:
@@ -301,12 +393,12 @@ class GRPOTrainer:
                 trajs = await self.rollouts(self.step)
                 t1 = time.perf_counter()
                 gen = self.policy.queue.stats()
-                st = self.update(trajs)
+                st = self.update(trajs)  # ... optimizer step, then the sampler's sync
+                sync_s = st.pop("sync_s")
                 t2 = time.perf_counter()
-                sync_s = self.sync_sampler()
                 self.step += 1
                 rec = {"step": self.step, **rollout_metrics(trajs), **st, "lr": _lr_of(self.sched),
-                       "rollout_s": t1 - t0, "train_s": t2 - t1,
+                       "rollout_s": t1 - t0, "train_s": t2 - t1 - sync_s,
                        "gen_tokens_per_s": gen["generated_tokens"] / max(gen["generate_s"], 1e-9),
                        "gen_mean_batch": gen.get("mean_decode_rows") or gen["mean_batch_size"], "sync_s": sync_s}
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
