@@ -88,7 +88,7 @@ class GRPOConfig(ModelTrainConfig):
     drop_errored: bool = Field(True, description="Drop groups containing an errored rollout (else error = reward 0).")
     skip_constant_groups: bool = Field(False, description="Leave zero-advantage groups out of the backward pass (faster; same gradient except normalisers).")
     engine: Literal["hf", "vllm", "vllm-server"] = Field(
-        "hf", description="Sampler: hf = in-process transformers sharing the trainer's weights (no copy, no sync); "
+        "hf", description="Sampler: hf = in-process transformers sharing the trainer's weights (no copy; the sync drops its KV cache); "
         "vllm = in-process vLLM engine, its weights updated in place after every optimizer step; vllm-server = a "
         "vLLM OpenAI server (engine_args.base_url, started with VLLM_SERVER_DEV_MODE=1) sampling token-exact, "
         "weights pushed after every step through a safetensors folder both sides can read.")
