@@ -54,8 +54,9 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from toolgym.models.tiny import TTT_TOOLS, init_tiny
-    from toolgym.models.vllm_engine import VLLMPolicy
+    from toolgym.models.tiny import init_tiny
+    from toolgym_tictactoe.corpus import TTT_TOOLS
+    from toolgym.policies.vllm_engine import VLLMPolicy
 
     summary: dict = {"checks": {}}
     t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from toolgym.accuracy import match_sequence, validate_args
 from toolgym.env import HiddenCallError, StatefulToolEnv, bind_rollout, unbind_rollout
 from toolgym.mcp_bridge import ToolCallError
 from toolgym.policies.base import PolicyUnavailable
-from toolgym.policy import Policy
+from toolgym.policies import Policy
 from toolgym.rubric import RewardError
 from toolgym.types import AssistantTurn, CallRecord, ToolCall, Trajectory
 

@@ -8,9 +8,9 @@ import json
 
 import httpx
 
-from toolgym.models.engine import GenRequest, SamplingParams
-from toolgym.models.server import VLLMServerPolicy
-from toolgym.models.tiny import TTT_TOOLS
+from toolgym.policies.batching import GenRequest, SamplingParams
+from toolgym.policies.vllm_server import VLLMServerPolicy
+from toolgym_tictactoe.corpus import TTT_TOOLS
 
 
 def test_server_policy_tokens_roundtrip(tiny_dir, hf_policy):  # type: ignore[no-untyped-def]
