@@ -283,8 +283,8 @@ def test_endpoint_dying_mid_run_stops_it_and_resume_completes_it(tmp_path: Path)
     import asyncio
 
     from toolgym.eval import evaluate, read_results
-    from toolgym.policies.openai_http import OpenAIPolicy
     from toolgym.policies import PolicyUnavailable
+    from toolgym.policies.openai_http import OpenAIPolicy
     from toolgym.registry import load_env
 
     out = tmp_path / "run"

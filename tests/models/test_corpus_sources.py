@@ -28,6 +28,7 @@ def test_a_source_is_found_through_the_entry_point_group(monkeypatch) -> None:  
     rng = random.Random(0)
     expected = [*tiny.chatml_corpus(rng), *tictactoe_corpus(rng)]
     assert texts[: len(expected)] == expected and len(texts) == len(expected) + 20  # + the scaffolding examples
+    assert tiny.build_corpus(["chatml", tictactoe_corpus], seed=0) == texts  # a function instead of a name
 
 
 def test_an_unknown_source_is_an_error_naming_the_known_ones(monkeypatch) -> None:  # type: ignore[no-untyped-def]

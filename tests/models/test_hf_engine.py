@@ -7,6 +7,8 @@ import json
 
 import pytest
 import torch
+from tg_testutil import legal_moves, run_env
+from toolgym_tictactoe.corpus import TTT_TOOLS
 
 from toolgym.models.chat import (
     ChatRenderer,
@@ -14,10 +16,8 @@ from toolgym.models.chat import (
     check_prefix_preservation,
     tokenize_conversation,
 )
-from toolgym.policies.hf import HFPolicy
 from toolgym.models.tiny import CHAT_TEMPLATE
-from toolgym_tictactoe.corpus import TTT_TOOLS
-from tg_testutil import legal_moves, run_env
+from toolgym.policies.hf import HFPolicy
 
 
 def fresh_logprobs(model, ids: list[int], temperature: float = 1.0) -> list[float]:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ Corpus sources are found by name: `chatml` (generic chat and tool-calling text) 
 looked up in the `toolgym.corpora` entry-point group, where an installed package registers a function
 `fn(rng) -> iterable of texts` (the tic-tac-toe env registers `tictactoe`:
 `[project.entry-points."toolgym.corpora"] tictactoe = "toolgym_tictactoe.corpus:tictactoe_corpus"`). An unknown name
-is an error naming the known ones. `build_corpus` takes source names and extra files.
+is an error naming the known ones. `build_corpus` takes sources (names or functions) and extra files.
 """
 
 from __future__ import annotations
@@ -164,9 +164,11 @@ _SCAFFOLD_TOOL = "make_move"
 _SCAFFOLD_RESULT = " 0 | 1 | 2\n---+---+---\n 3 | 4 | 5\n---+---+---\n 6 | 7 | 8"
 
 
-def build_corpus(sources: Iterable[str] = ("chatml", "tictactoe"), seed: int = 0, extra_files: Iterable[str | Path] = ()) -> list[str]:
-    """Texts for tokenizer training from the named sources plus any extra files (`corpus_file_texts`)."""
-    fns = [corpus_source(name) for name in sources]  # every name checked before any work
+def build_corpus(sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"), seed: int = 0,
+                 extra_files: Iterable[str | Path] = ()) -> list[str]:
+    """Texts for tokenizer training from the sources (names, or the corpus functions themselves: where the package
+    that registers one is importable but not installed) plus any extra files (`corpus_file_texts`)."""
+    fns = [s if callable(s) else corpus_source(s) for s in sources]  # every name checked before any work
     rng = random.Random(seed)
     texts: list[str] = []
     for fn in fns:
@@ -228,7 +230,7 @@ def init_tiny(
     size: str = "tiny",
     seed: int = 0,
     vocab_size: int = 2048,
-    corpus_sources: Iterable[str] = ("chatml", "tictactoe"),
+    corpus_sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"),
     extra_corpus_files: Iterable[str | Path] = (),
     max_position_embeddings: int = 4096,
 ) -> Path:

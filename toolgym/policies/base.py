@@ -10,8 +10,8 @@ following `**options` up to the parent class's, as env options are declared -- `
 its factory's). `check_policy_options` checks a user's options against that declaration by name: an unknown one is
 a `PolicyOptionError` naming the closest valid one (`--model-arg tempreature=0.5` -> "did you mean
 'temperature'?"). The sampling options `SAMPLING_OPTIONS` (temperature, top_p, max_tokens, seed: what the command
-line's flags set) are accepted by every policy; one that declares none of them (a scripted player does not sample)
-does not receive them.
+line's flags set) are accepted by every policy; a policy receives only those it declares (a scripted player that
+does not sample ignores them).
 
 The backends (`toolgym.policies.*`) import this module, never the package's resolver (`toolgym.policies`), so the
 import arrows run one way: resolver -> backends -> interface.

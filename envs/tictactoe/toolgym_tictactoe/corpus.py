@@ -4,7 +4,8 @@ boards as the server renders them, tool schemas, tool calls, teacher-style thoug
 Registered under the `toolgym.corpora` entry-point group (this package's pyproject), where
 `toolgym.models.tiny.build_corpus` finds corpus sources by name. A source is `fn(rng) -> iterable of texts`; the
 texts and the order they are drawn in are part of every tokenizer built so far (the committed checkpoint's too),
-so changing them changes those tokenizers.
+so changing them changes those tokenizers. Standard library only, so the file also loads on its own (the vLLM
+check scripts load it by path in a venv without the env's dependencies).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import random
 from collections.abc import Iterator
 
-from mcp_server_tictactoe.game import LINES
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))  # as the server's
 
 TTT_TOOLS = [
     {
