@@ -27,7 +27,7 @@ MODES = [("static", {"batching": "static"}), ("continuous, no parked KV", {"batc
 async def play(options: dict[str, Any], games: int, concurrency: int, max_tokens: int) -> tuple[list[Any], dict]:
     from toolgym_tictactoe import CHECKPOINT
 
-    from toolgym.models.hf import HFPolicy
+    from toolgym.policies.hf import HFPolicy
     from toolgym.registry import load_env
     from toolgym.rollout import run_rollouts
 

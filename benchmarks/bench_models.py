@@ -39,8 +39,8 @@ def legal_moves(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def bench_generation(policy: Any, n: int, max_tokens: int) -> list[dict[str, Any]]:
-    from toolgym.models.engine import GenRequest, SamplingParams
-    from toolgym.models.tiny import TTT_TOOLS
+    from toolgym.policies.batching import GenRequest, SamplingParams
+    from toolgym_tictactoe.corpus import TTT_TOOLS
 
     r = policy.renderer
     prompts = [
@@ -73,8 +73,8 @@ def bench_generation(policy: Any, n: int, max_tokens: int) -> list[dict[str, Any
 
 
 def bench_rollouts(model_dir: Path, games: int) -> list[dict[str, Any]]:
-    from toolgym.models.hf import HFPolicy
-    from toolgym.policy import load_policy
+    from toolgym.policies.hf import HFPolicy
+    from toolgym.policies import load_policy
     from toolgym.registry import load_env
     from toolgym.rollout import run_rollouts
 
@@ -136,7 +136,7 @@ def main() -> None:
 
     import torch
 
-    from toolgym.models.hf import HFPolicy
+    from toolgym.policies.hf import HFPolicy
     from toolgym.models.tiny import init_tiny
 
     model_dir = Path(args.model) if args.model else init_tiny(Path(tempfile.mkdtemp()) / "tiny", size=args.size, seed=0)

@@ -29,7 +29,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from toolgym import load_env, run_rollouts
-from toolgym.policy import Policy, PolicySession
+from toolgym.policies import Policy, PolicySession
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "sandboxes"

@@ -24,6 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tictactoe_corpus() -> object:
+    """The tic-tac-toe env's corpus module, loaded by path: this venv installs neither the env package (whose
+    `toolgym.corpora` entry point `init-tiny` uses elsewhere) nor its dependencies."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tictactoe_corpus", ROOT / "envs/tictactoe/toolgym_tictactoe/corpus.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 def _hf_greedy(model, prompt_ids: list[int], n: int, stop_ids: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
     import torch
 
@@ -54,13 +65,16 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from toolgym.models.tiny import TTT_TOOLS, init_tiny
-    from toolgym.models.vllm_engine import VLLMPolicy
+    from toolgym.models.tiny import init_tiny
+    from toolgym.policies.vllm_engine import VLLMPolicy
+
+    ttt = _tictactoe_corpus()
+    TTT_TOOLS = ttt.TTT_TOOLS  # type: ignore[attr-defined]
 
     summary: dict = {"checks": {}}
     t0 = time.perf_counter()
     model_dir = Path(tempfile.mkdtemp(prefix="toolgym-vllm-")) / "tiny"
-    init_tiny(model_dir, size=args.size, seed=0)
+    init_tiny(model_dir, size=args.size, seed=0, corpus_sources=["chatml", ttt.tictactoe_corpus])  # type: ignore[attr-defined]
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
     t = time.perf_counter()

@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 from tg_testutil import children, flaky_command, wait_no_new_children
-from toolgym_tictactoe import TicTacToeEnv, _minimax_player
+from toolgym_tictactoe import TicTacToeEnv, minimax_player
 
 from toolgym import AssistantTurn, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
 from toolgym.sandbox import free_port
@@ -55,7 +55,7 @@ CASES: dict[str, tuple[list[AssistantTurn], str | None, str]] = {
 
 
 def _bad_then_minimax(bad: list[AssistantTurn]):
-    play = _minimax_player(0.0, seed=0)
+    play = minimax_player(None, seed=0).fn
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
         i = memory.setdefault("i", 0)
@@ -73,7 +73,7 @@ async def test_bad_model_input(case: str) -> None:
     task = {"seed": 5, "x_starts": True, "random_move_prob": 0.0}
     async with env:
         trajs = await run_rollouts(env, ScriptedPolicy(_bad_then_minimax(bad)), [(0, 0, task), (1, 0, task)])
-        good = await run_rollouts(env, ScriptedPolicy(_minimax_player(0.0, 0)), [(2, 0, task)])
+        good = await run_rollouts(env, minimax_player(None, seed=0), [(2, 0, task)])
     t = trajs[0]
     assert t.error is None, t.error
     assert t.stop_reason == "game_over" and t.metrics["loss"] == 0.0  # the game went on to its end
@@ -109,7 +109,7 @@ def _server_children(marker: str) -> list[psutil.Process]:
 
 def _killer(marker: str, memory_flag: dict[str, Any]):
     """Minimax, except that the first rollout kills the server process before its second move."""
-    play = _minimax_player(0.0, seed=0)
+    play = minimax_player(None, seed=0).fn
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
         memory["turn"] = memory.get("turn", 0) + 1
@@ -231,7 +231,7 @@ async def test_server_killed_while_idle_is_replaced_transparently() -> None:
     before = children()
     env = TicTacToeEnv(transport="stdio")
     tasks = env.build_dataset(3, seed=4)
-    policy = ScriptedPolicy(_minimax_player(0.0, 0))
+    policy = minimax_player(None, seed=0)
     async with env:
         first = await run_rollouts(env, policy, [(0, 0, tasks[0])])
         [victim] = _server_children("mcp-server-tictactoe")

@@ -181,6 +181,39 @@ def test_eval_bad_options_fail_clearly(tmp_path: Path, args: tuple[str, ...], me
     assert code == 2 and message in text.replace("\n", " ")
 
 
+CHECKPOINT = Path(__file__).resolve().parents[1] / "envs/tictactoe/toolgym_tictactoe/checkpoint"
+
+
+@pytest.mark.parametrize(("uri", "arg", "closest"), [
+    (f"hf:{CHECKPOINT}", "tempreature=0.5", "temperature"),
+    (f"vllm:{CHECKPOINT}", "max_model_length=512", "max_model_len"),
+    ("vllm-server:some-model", "served_name=x", "served_model_name"),
+    ("openai:some-model", "max_retires=1", "max_retries"),
+    ("scripted:minimax", "tempreature=0.5", "temperature"),  # sampling options: accepted by every policy
+    ("scripted:imperfect", "mistake=0.3", "mistake_prob"),
+    ("scripted:minimax", "base_url=http://x", None),  # an endpoint option means nothing to a scripted player
+])
+def test_an_unknown_policy_option_fails_naming_the_closest(tmp_path: Path, uri: str, arg: str,
+                                                           closest: str | None) -> None:
+    """A misspelled `--model-arg` is an error on one line naming the closest valid option, for every scheme (checked
+    before any model loads or endpoint is called), not an option silently dropped."""
+    url = ("--base-url", "http://127.0.0.1:9/v1") if uri.startswith(("openai:", "vllm-server:")) else ()
+    code, text = _eval("-m", uri, "--model-arg", arg, *url, "-o", str(tmp_path / "x"), "-a", "transport=inprocess")
+    line = next(x for x in text.splitlines() if "error:" in x)
+    hint = f"; did you mean {closest!r}?" if closest else ". Valid options: max_tokens, seed, temperature, think"
+    assert code == 2 and f"unknown option {arg.split('=')[0]!r}{hint}" in line, text
+    assert not (tmp_path / "x").exists()
+
+
+def test_sampling_flags_reach_a_scripted_player_harmlessly(tmp_path: Path) -> None:
+    """The flags the command line passes (-t, --top-p, --max-tokens, --seed) are sampling options every policy
+    accepts: a scripted player that does not sample ignores them, and its own options still work."""
+    code, text = _eval("-m", "scripted:imperfect", "-t", "0.7", "--top-p", "0.9", "--max-tokens", "50", "--seed", "3",
+                       "--model-arg", "mistake_prob=0", "-n", "2", "-a", "transport=inprocess", "-o", str(tmp_path / "r"))
+    assert code == 0, text
+    assert "win/draw/loss" in text
+
+
 def test_unknown_env_fails_clearly() -> None:
     res = runner.invoke(app, ["eval", "no-such-env"])
     assert res.exit_code == 2 and "unknown environment" in res.output
@@ -251,8 +284,8 @@ def test_endpoint_dying_mid_run_stops_it_and_resume_completes_it(tmp_path: Path)
     import asyncio
 
     from toolgym.eval import evaluate, read_results
+    from toolgym.policies import PolicyUnavailable
     from toolgym.policies.openai_http import OpenAIPolicy
-    from toolgym.policy import PolicyUnavailable
     from toolgym.registry import load_env
 
     out = tmp_path / "run"

@@ -95,13 +95,13 @@ def test_tictactoe_under_vf_eval(tmp_path: Path) -> None:
     """Hidden setup (`new_game` with the task's seed), hidden args (`game_id`) and server-side rewards
     (`game_result`) all run in the exported Toolset; minimax against the perfect opponent draws."""
     pytest.importorskip("toolgym_tictactoe")
-    from toolgym_tictactoe import _minimax_player
+    from toolgym_tictactoe import minimax_player
 
     from toolgym.export.verifiers import export_verifiers
 
     out = tmp_path / "pkg"
     pkg_dir = export_verifiers("tictactoe", out, n=2)
-    act = _minimax_player(0.0, seed=0)
+    act = minimax_player(None, seed=0).fn
 
     def plan(messages: list[dict[str, Any]]) -> dict[str, Any]:
         msgs = [{**m, "content": text_of(m.get("content"))} for m in messages]

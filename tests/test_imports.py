@@ -132,10 +132,10 @@ GRAPH = import_graph(module_files())
 
 def test_walk_sees_the_packages():
     mods = set(GRAPH)
-    for expected in ("toolgym.env", "toolgym.policy", "toolgym.policies.base", "toolgym.models.engine",
+    for expected in ("toolgym.env", "toolgym.policies", "toolgym.policies.base", "toolgym.policies.model",
                      "mcp_server_tictactoe.server", "mcp_server_wiki.world", "toolgym_sql"):
         assert expected in mods
-    assert "toolgym.policies.base" in GRAPH["toolgym.models.engine"]
+    assert "toolgym.policies.base" in GRAPH["toolgym.policies.model"]
     assert "mcp_server_wiki.article" in GRAPH["mcp_server_wiki.world"]
 
 

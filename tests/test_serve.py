@@ -120,15 +120,15 @@ def test_an_oversized_request_is_refused_before_any_run_and_the_server_keeps_ser
 def test_max_concurrency_bounds_the_policy_calls_in_flight_and_the_rest_wait(monkeypatch):
     """`toolgym serve --max-concurrency 2` (the CLI, its transport stubbed out) and 6 clients at once on a slow agent:
     never more than 2 policy calls run at once, the other requests wait for a slot, and all 6 get their answers."""
-    import toolgym.policy
+    import toolgym.policies
     from mcp.server.mcpserver import MCPServer
     from typer.testing import CliRunner
 
     from toolgym.cli import app
 
     inflight, served, delay_s = {"now": 0, "peak": 0}, [], 0.3
-    real_load_policy = toolgym.policy.load_policy
-    monkeypatch.setattr(toolgym.policy, "load_policy",
+    real_load_policy = toolgym.policies.load_policy
+    monkeypatch.setattr(toolgym.policies, "load_policy",
                         lambda uri, env=None, **o: _slow(real_load_policy(uri, env, **o), delay_s, inflight))
     monkeypatch.setattr(MCPServer, "run", lambda self, *a, **kw: served.append(self))
     res = CliRunner().invoke(app, ["serve", "tictactoe", "-m", "scripted:minimax", "-a", "transport=inprocess",

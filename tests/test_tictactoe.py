@@ -299,7 +299,7 @@ def test_teacher_random_tie_break_spreads_over_best_moves() -> None:
     its games leaves RL more than one good move to choose from; a bad `tie_break` is refused up front."""
     import random
 
-    from toolgym_tictactoe import _minimax_player, explain_best_move
+    from toolgym_tictactoe import explain_best_move, minimax_player
 
     rng, differs, spread = random.Random(0), 0, Counter()
     for board in _x_to_move_positions():
@@ -314,7 +314,7 @@ def test_teacher_random_tie_break_spreads_over_best_moves() -> None:
             spread.update(explain_best_move(board, "random", rng)[0] for _ in range(200))
     assert differs > 100 and len(spread) == 9, (differs, spread)  # every opening cell draws (all are minimax-best)
     with pytest.raises(ValueError, match="tie_break"):
-        _minimax_player(0.0, 0, "centre")
+        minimax_player(None, seed=0, tie_break="centre")
 
 
 def test_teacher_exploit_tie_break_plays_the_best_safe_move() -> None:

@@ -13,8 +13,8 @@ The public surface:
 
 from toolgym.env import HiddenCallError, StatefulToolEnv, env_tool, stop
 from toolgym.mcp_bridge import MCPSession, ServerSpec, ToolCallError, ToolInfo, ToolResult
+from toolgym.policies import Policy, PolicySession, PolicyUnavailable, load_policy
 from toolgym.policies.scripted import ScriptedPolicy
-from toolgym.policy import Policy, PolicySession, PolicyUnavailable, load_policy
 from toolgym.registry import load_env
 from toolgym.rollout import run_rollout, run_rollouts
 from toolgym.rubric import Rubric, RewardError

@@ -33,7 +33,7 @@ def parse_kv(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True)  # one line, however long
     raise typer.Exit(2)
 
 
@@ -104,7 +104,8 @@ def eval_cmd(
                                      help="Policy URI: scripted:NAME, openai:MODEL, hf:PATH, vllm:PATH, vllm-server:NAME "
                                           "(default: the env's embedded default)"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for --base-url"),
+    api_key: str | None = typer.Option(None, "--api-key", help="API key for --base-url (default: $OPENAI_API_KEY, "
+                                                                 "read by the openai: and vllm-server: policies)"),
     temperature: float | None = typer.Option(None, "-t", "--temperature"),
     top_p: float | None = typer.Option(None, "--top-p"),
     max_tokens: int | None = typer.Option(None, "--max-tokens"),
@@ -117,7 +118,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a policy on an environment: progress bar, summary table, results folder."""
     from toolgym.eval import evaluate, report_names
-    from toolgym.policy import PolicyUnavailable, load_policy
+    from toolgym.policies import PolicyUnavailable, load_policy
 
     if num_examples < 0 or rollouts < 1 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
@@ -287,7 +288,7 @@ def serve_cmd(
     import logging
     import sys
 
-    from toolgym.policy import PolicyUnavailable, load_policy
+    from toolgym.policies import PolicyUnavailable, load_policy
     from toolgym.serve import build_agent_server
 
     if transport not in ("stdio", "streamable-http"):

@@ -323,7 +323,7 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
     return fn
 
 
-def _reference_player(env: Any, answer_from: str = "tool", **_: Any) -> Any:
+def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
     """Replays the task's `expected_calls` (first acceptable value of each argument), then answers with the last
     tool output inside <answer> tags (or the task's `answer` when the task has no expected calls). Validates a
     config env's plumbing and rewards; it is an oracle, not a baseline. `answer_from="task"` answers with the

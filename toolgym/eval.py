@@ -17,7 +17,7 @@ from typing import Any
 
 from toolgym.env import StatefulToolEnv
 from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
-from toolgym.policy import Policy
+from toolgym.policies import Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
 from toolgym.types import Trajectory

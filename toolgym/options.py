@@ -31,6 +31,9 @@ The declaration is the signature a Python user already reads:
 
 An unknown option is an `EnvOptionError` naming the valid ones and the closest match; a value of the wrong type or
 out of range is one too, naming the option, the value and the rule.
+
+Policies declare their options the same way (a policy class's `__init__` chain, a scripted player's factory) and
+are checked by name through the same `check_known` (`toolgym.policies.base.check_policy_options`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -52,9 +55,13 @@ from toolgym.tool_schema import describe_annotation, parse_docstring
 EMPTY = inspect.Parameter.empty
 
 
-class EnvOptionError(ValueError):
-    """An env option that is unknown, of the wrong type or out of range (a `ValueError`, so callers that report
-    bad env arguments report it too)."""
+class OptionError(ValueError):
+    """An option that is unknown, of the wrong type or out of range (a `ValueError`, so callers that report bad
+    arguments report it too)."""
+
+
+class EnvOptionError(OptionError):
+    """An env option that is unknown, of the wrong type or out of range."""
 
 
 @dataclass(frozen=True)
@@ -230,13 +237,7 @@ def check_options(factory: Callable[..., Any], values: Mapping[str, Any], env: s
     opts = declared_options(factory)
     if opts is None:
         return {k: (_candidates(v)[0] if from_text and isinstance(v, str) else v) for k, v in values.items()}
-    unknown = [k for k in values if k not in opts]
-    if unknown:
-        k = unknown[0]
-        close = difflib.get_close_matches(k, list(opts), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
-        raise EnvOptionError(f"{env}: unknown option {k!r}{hint} Valid options: {', '.join(sorted(opts))} "
-                             f"(see `toolgym envs {env}`)")
+    check_known(values, opts, env, f"see `toolgym envs {env}`", EnvOptionError)
     out: dict[str, Any] = {}
     for k, v in values.items():
         opt = opts[k]
@@ -262,6 +263,21 @@ def check_options(factory: Callable[..., Any], values: Mapping[str, Any], env: s
     return out
 
 
+def check_known(names: Iterable[str], valid: Iterable[str], owner: str, see: str = "",
+                error: type[OptionError] = OptionError) -> None:
+    """Raise `error` for the first of `names` that is not `valid`: "OWNER: unknown option 'x'; did you mean 'y'?
+    Valid options: ... (SEE)" (the closest valid name when one is close enough). Env options and policy options
+    (`toolgym.policies.base.check_policy_options`) both report through here."""
+    valid = sorted(valid)
+    unknown = [k for k in names if k not in valid]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        raise error(f"{owner}: unknown option {k!r}{hint} Valid options: {', '.join(valid)}"
+                    + (f" ({see})" if see else ""))
+
+
 def parse_pairs(pairs: list[str] | None) -> dict[str, str]:
     """`key=value` strings as a dict of raw text values (typed later by `check_options(..., from_text=True)`)."""
     out: dict[str, str] = {}
@@ -273,4 +289,5 @@ def parse_pairs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-__all__ = ["EnvOption", "EnvOptionError", "check_options", "class_defaults", "declared_options", "parse_pairs"]
+__all__ = ["EnvOption", "EnvOptionError", "OptionError", "check_known", "check_options", "class_defaults",
+           "declared_options", "parse_pairs"]

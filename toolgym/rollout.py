@@ -25,7 +25,7 @@ from typing import Any
 from toolgym.env import HiddenCallError, StatefulToolEnv
 from toolgym.mcp_bridge import ToolCallError
 from toolgym.policies.base import PolicyUnavailable
-from toolgym.policy import Policy
+from toolgym.policies import Policy
 from toolgym.rubric import RewardError
 from toolgym.types import Trajectory
 

@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from toolgym.env import StatefulToolEnv
-from toolgym.policy import Policy, PolicyUnavailable
+from toolgym.policies import Policy, PolicyUnavailable
 from toolgym.rollout import run_rollout
 from toolgym.tool_schema import for_mcp
 from toolgym.types import Trajectory

@@ -245,10 +245,10 @@ def test_pythonic_segments_match_the_stdlib(source):
     """The linear-time segmenter of formats.py returns what ast.get_source_segment returns."""
     import ast
 
-    from toolgym.models.formats import _segmenter
+    from toolgym.models.formats import source_segmenter
 
     tree = ast.parse(source, mode="eval")
-    segment = _segmenter(source)
+    segment = source_segmenter(source)
     for node in ast.walk(tree):
         if hasattr(node, "lineno"):
             assert segment(node) == ast.get_source_segment(source, node)

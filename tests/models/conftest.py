@@ -17,6 +17,6 @@ def tiny_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def hf_policy(tiny_dir):  # type: ignore[no-untyped-def]
-    from toolgym.models.hf import HFPolicy
+    from toolgym.policies.hf import HFPolicy
 
     return HFPolicy(str(tiny_dir), temperature=1.0, max_tokens=24, seed=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from toolgym.models.engine import BatchQueue, GenOutput, GenRequest, SamplingParams
+from toolgym.policies.batching import BatchQueue, GenOutput, GenRequest, SamplingParams
 
 
 def _recorder() -> tuple[list[list[int]], object]:
@@ -52,7 +52,7 @@ def test_a_session_that_never_asks_holds_the_batch_at_most_gather_s() -> None:
 
 
 def test_live_sessions_count_opened_and_closed_rollouts(tiny_dir) -> None:  # type: ignore[no-untyped-def]
-    from toolgym.models.hf import HFPolicy
+    from toolgym.policies.hf import HFPolicy
 
     policy = HFPolicy(str(tiny_dir), max_tokens=4, seed=0)
     a, b = policy.open([], {}), policy.open([], {})

@@ -10,14 +10,14 @@ import random
 import pytest
 import torch
 
-from toolgym.models.engine import (
+from toolgym.policies.batching import (
     ContinuousQueue,
     ContinuousUnsupported,
     GenOutput,
     GenRequest,
     SamplingParams,
 )
-from toolgym.models.hf import HFPolicy
+from toolgym.policies.hf import HFPolicy
 from tg_testutil import legal_moves, run_env
 
 
@@ -87,10 +87,11 @@ def test_a_continued_conversation_reuses_its_kv_and_matches(policy):  # type: ig
     third_prompt = follow + second.token_ids + policy.renderer.encode("\n<tool>again</tool>\n")
     with torch.no_grad():
         next(policy.model.parameters()).add_(0.01)
+    policy.weights_changed()  # what a trainer calls after changing the weights in place
     policy.queue.reset_stats()
     third = asyncio.run(_staggered(policy, [GenRequest(third_prompt, params)], [0.0]))[0]
     assert policy.stats["reused_tokens"] == 0 and policy.stats["prefill_tokens"] == len(third_prompt)
-    assert policy.engine._parked == []  # closing the policy frees the parked KV
+    assert len(policy.engine.parked) == 0  # closing the policy frees the parked KV
     _same(third, policy.engine.generate_batch([GenRequest(third_prompt, params)])[0])
 
 
@@ -238,3 +239,20 @@ def test_batching_option_is_checked(tiny_dir):  # type: ignore[no-untyped-def]
         HFPolicy(str(tiny_dir), batching="dynamic")
     assert type(HFPolicy(str(tiny_dir)).queue) is ContinuousQueue
     assert type(HFPolicy(str(tiny_dir), batching="static").queue).__name__ == "BatchQueue"
+
+
+def test_load_state_dict_drops_the_parked_kv_and_reset_sessions_renumbers(policy):  # type: ignore[no-untyped-def]
+    """The trainer hooks: `load_state_dict` (like any in-place weight change followed by `weights_changed()`) drops
+    the parked KV; `reset_sessions()` numbers the next rollouts from 0 again (their seeds derive from it)."""
+    p0 = _prompts(policy, 1, seed=3)[0]
+
+    async def one_turn() -> None:
+        await policy.queue.submit(GenRequest(p0, SamplingParams(temperature=1.0, max_tokens=10, seed=5)))
+
+    asyncio.run(one_turn())
+    assert len(policy.engine.parked) == 1
+    policy.load_state_dict(policy.model.state_dict())
+    assert len(policy.engine.parked) == 0
+    assert [policy.open([], {}).index for _ in range(3)] == [0, 1, 2]
+    policy.reset_sessions()
+    assert policy.open([], {}).index == 0

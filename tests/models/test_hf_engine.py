@@ -7,6 +7,8 @@ import json
 
 import pytest
 import torch
+from tg_testutil import legal_moves, run_env
+from toolgym_tictactoe.corpus import TTT_TOOLS
 
 from toolgym.models.chat import (
     ChatRenderer,
@@ -14,9 +16,8 @@ from toolgym.models.chat import (
     check_prefix_preservation,
     tokenize_conversation,
 )
-from toolgym.models.hf import HFPolicy
-from toolgym.models.tiny import CHAT_TEMPLATE, TTT_TOOLS
-from tg_testutil import legal_moves, run_env
+from toolgym.models.tiny import CHAT_TEMPLATE
+from toolgym.policies.hf import HFPolicy
 
 
 def fresh_logprobs(model, ids: list[int], temperature: float = 1.0) -> list[float]:  # type: ignore[no-untyped-def]
@@ -53,7 +54,7 @@ def test_cli_init_tiny(tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_uri_scheme_registered(tiny_dir):  # type: ignore[no-untyped-def]
-    from toolgym.policy import load_policy
+    from toolgym.policies import load_policy
 
     pol = load_policy(f"hf:{tiny_dir}", temperature=0.0, max_tokens=4)
     assert isinstance(pol, HFPolicy) and pol.tool_format.name == "hermes"
@@ -113,7 +114,7 @@ def test_unconstrained_sampling_trace(hf_policy):  # type: ignore[no-untyped-def
 
 
 def test_batched_equals_single_greedy(hf_policy):  # type: ignore[no-untyped-def]
-    from toolgym.models.engine import GenRequest, SamplingParams
+    from toolgym.policies.batching import GenRequest, SamplingParams
 
     r = hf_policy.renderer
     prompts = [r.encode(r.render([{"role": "user", "content": "x" * n}], TTT_TOOLS, True)) for n in (1, 7, 30)]
@@ -190,8 +191,8 @@ def test_tokenizer_corpus_from_teacher_rows(tiny_dir, tmp_path):  # type: ignore
 
 
 def _sample_all(model, prompts, min_shared_prefix: int, max_tokens: int = 40):  # type: ignore[no-untyped-def]
-    from toolgym.models.engine import GenRequest, SamplingParams
-    from toolgym.models.hf import HFEngine
+    from toolgym.policies.batching import GenRequest, SamplingParams
+    from toolgym.policies.hf import HFEngine
 
     eng = HFEngine(model, 0, [1], num_threads=1)
     eng.MIN_SHARED_PREFIX = min_shared_prefix
@@ -222,7 +223,7 @@ def test_preallocated_cache_appends_in_place_and_grows_when_full():  # type: ign
     """The decode cache writes each token into spare room; past its room it grows by copying, contents intact."""
     from transformers.cache_utils import DynamicCache
 
-    from toolgym.models.hf import preallocate_cache
+    from toolgym.policies.kv_cache import preallocate_cache
 
     cache = DynamicCache()
     k, v = torch.randn(2, 1, 5, 4), torch.randn(2, 1, 5, 4)

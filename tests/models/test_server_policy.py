@@ -7,10 +7,10 @@ import asyncio
 import json
 
 import httpx
+from toolgym_tictactoe.corpus import TTT_TOOLS
 
-from toolgym.models.engine import GenRequest, SamplingParams
-from toolgym.models.server import VLLMServerPolicy
-from toolgym.models.tiny import TTT_TOOLS
+from toolgym.policies.batching import GenRequest, SamplingParams
+from toolgym.policies.vllm_server import VLLMServerPolicy
 
 
 def test_server_policy_tokens_roundtrip(tiny_dir, hf_policy):  # type: ignore[no-untyped-def]

@@ -47,8 +47,8 @@ def test_vllm_server_policy_token_exact(tiny_dir):  # type: ignore[no-untyped-de
     import torch
     from transformers import AutoModelForCausalLM
 
-    from toolgym.models.server import VLLMServerPolicy
-    from toolgym.models.tiny import TTT_TOOLS
+    from toolgym.policies.vllm_server import VLLMServerPolicy
+    from toolgym_tictactoe.corpus import TTT_TOOLS
 
     venv = Path(os.environ.get("TOOLGYM_VLLM_VENV", ROOT / ".venv-vllm"))
     py = (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"

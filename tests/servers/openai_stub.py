@@ -1,7 +1,7 @@
 """A local OpenAI-compatible chat-completions endpoint for the tests (starlette + uvicorn in a thread).
 
 POST /v1/chat/completions receives the real request (model, messages, tools) and **replays the tic-tac-toe env's
-scripted minimax player** (`toolgym_tictactoe._minimax_player`) on those messages, answering with `tool_calls`
+scripted minimax player** (`toolgym_tictactoe.minimax_player`) on those messages, answering with `tool_calls`
 through the OpenAI wire format, so the whole HTTP policy path (request, tool schemas, response parsing, retries,
 failover) is exercised end to end without a model. It refuses a request that carries no `make_move` tool.
 
@@ -32,9 +32,9 @@ def free_port() -> int:
 
 class StubEndpoint:
     def __init__(self, fail_first: int = 0, port: int | None = None) -> None:
-        from toolgym_tictactoe import _minimax_player
+        from toolgym_tictactoe import minimax_player
 
-        self.player = _minimax_player(0.0, seed=0)
+        self.player = minimax_player(None, seed=0).fn
         self.fail_first = fail_first
         self.requests = 0
         self.served = 0

@@ -34,6 +34,18 @@ def test_bad_values_name_the_field(field: str, value: object, needle: str) -> No
     assert needle in str(exc.value)
 
 
+@pytest.mark.parametrize(("engine", "args", "needle"), [
+    ("vllm", {"gpu_mem_utilization": 0.3}, "did you mean 'gpu_memory_utilization'?"),
+    ("vllm-server", {"base_url": "http://h/v1", "sync_dir": "/s", "served_name": "m"}, "did you mean 'served_model_name'?"),
+    ("hf", {"max_model_len": 512}, "engine_args apply to engine"),
+])
+def test_engine_args_are_checked_by_name(engine: str, args: dict, needle: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError, match=needle):
+        load_config(GRPOConfig, None, {**BASE, "engine": engine, "engine_args": args})
+    ok = {"vllm": {"max_model_len": 512}, "vllm-server": {"base_url": "http://h/v1", "sync_dir": "/s"}, "hf": {}}
+    assert load_config(GRPOConfig, None, {**BASE, "engine": engine, "engine_args": ok[engine]}).engine == engine
+
+
 def test_missing_required_and_warmup() -> None:
     with pytest.raises(ConfigError, match="env"):
         load_config(GRPOConfig, None, {"model": "m", "output_dir": "o"})
@@ -101,7 +113,7 @@ def test_recipe_configs_validate() -> None:
     assert load_config(GRPOConfig, root / "noisy_grpo.toml").kl_coef > 0  # the anchor that kept the scan intact
     reader = load_config(GRPOConfig, root / "reader_grpo.toml")  # credit on the cell the reader's verdict names
     assert reader.pg_tokens == "answer" and reader.kl_coef > 0
-    from toolgym_tictactoe import _minimax_player  # the reader's teacher: scripted:imperfect at mistake_prob 1.0
+    from toolgym_tictactoe import imperfect_player  # the reader's teacher: scripted:imperfect at mistake_prob 1.0
 
-    turn = _minimax_player(1.0, seed=0, think="track")([{"role": "user", "content": " X | 1 | 2\n 3 | O | 5\n 6 | 7 | 8"}], {})
+    turn = imperfect_player(None, mistake_prob=1.0, seed=0, think="track").fn([{"role": "user", "content": " X | 1 | 2\n 3 | O | 5\n 6 | 7 | 8"}], {})
     assert reader.reasoning_end in turn.reasoning and turn.reasoning.endswith(f"I play {turn.tool_calls[0].arguments['position']}.")

@@ -135,7 +135,7 @@ def test_masked_logprobs_match_full_logits(tiny_model) -> None:  # type: ignore[
     forward's, and they carry the gradient."""
     from transformers import AutoModelForCausalLM
 
-    from toolgym.models.hf import supports_logits_to_keep
+    from toolgym.policies.hf import supports_logits_to_keep
     from toolgym.train.loss import masked_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -163,9 +163,9 @@ def test_shared_prefix_forward_equals_the_full_forward(tiny_model, monkeypatch) 
 
     from transformers import AutoModelForCausalLM
 
-    import toolgym.models.hf as H
+    import toolgym.policies.kv_cache as H
     import toolgym.train.loss as L
-    from toolgym.models.hf import shared_prefix_len
+    from toolgym.policies.kv_cache import shared_prefix_len
 
     used = []
     real = H.expand_prefix_cache

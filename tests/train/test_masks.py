@@ -86,7 +86,8 @@ def test_sft_tokenisation_equals_policy_trace(tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
     from toolgym.models.chat import ChatRenderer
-    from toolgym.models.engine import GenOutput, ModelPolicy
+    from toolgym.policies.batching import GenOutput
+    from toolgym.policies.model import ModelPolicy
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     r = ChatRenderer(tok)

@@ -75,7 +75,7 @@ def _env():  # type: ignore[no-untyped-def]
 
 
 def _run(out: Path, n: int, stop_after: int | None = None, resume: bool = False, info: dict | None = None):  # type: ignore[no-untyped-def]
-    from toolgym.policy import load_policy
+    from toolgym.policies import load_policy
 
     env = _env()
     policy = load_policy("scripted:minimax", env)

@@ -1,23 +1,28 @@
-"""Local model backends, tool-call formats and the tiny offline model.
+"""Models, apart from the policies that sample from them: their text conventions and their files.
 
-Policy URIs (registered with the resolver in `toolgym.policy` by `register_schemes`):
+- `toolgym.models.chat`: chat-template rendering for token-exact multi-turn trajectories (`ChatRenderer`,
+  `TokenTracker`, `tokenize_conversation`) and the template prefix-preservation check;
+- `toolgym.models.formats`: tool-call formats (hermes, pythonic, llama3): parse a model's output into an
+  `AssistantTurn`, render calls back to text;
+- `toolgym.models.tiny` (+ `cli`, `toolgym model init-tiny`): the tiny offline model built here;
+- `check_model_source` (here): is a name a local model folder or a plausible hub id.
 
-- `hf:PATH_OR_NAME`   -- in-process transformers engine (`toolgym.models.hf.HFPolicy`), CPU or CUDA, batched.
-- `vllm:PATH_OR_NAME` -- in-process vLLM engine (`toolgym.models.vllm_engine.VLLMPolicy`), optional extra.
-- `vllm-server:NAME`  -- token-exact policy against a running vLLM server (`toolgym.models.server`, option
-  `base_url`): prompts rendered and tokenized here, token ids in / sampled ids + logprobs out.
+Why these are not in `toolgym.policies`: they describe a model and its tokenizer, not a way to sample from one.
+The token-level policies (`toolgym.policies.model`) use chat and formats to build prompts and parse turns, and so
+does training (`toolgym.train.data` tokenizes SFT rows with the same renderer, so SFT and RL see the same tokens);
+the tiny model uses the Hermes format for its tokenizer corpus. Keeping them here lets training depend on them
+without depending on a sampling backend. The policy URIs (`hf:`, `vllm:`, `vllm-server:`) are resolved by
+`toolgym.policies.load_policy`.
 
-This module stays import-light (no torch/transformers/vllm at import time): factories import their backend lazily.
+This package stays import-light (no torch/transformers at import time).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-__all__ = ["register_schemes", "load_hf", "load_vllm", "load_vllm_server", "check_model_source"]
+__all__ = ["check_model_source"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -38,34 +43,3 @@ def check_model_source(target: str) -> str:
     if not _HUB_ID.match(target) or ".." in target:
         raise ValueError(f"model {target!r} is neither a local model folder nor a hub id such as Qwen/Qwen3-0.6B")
     return target
-
-
-def load_hf(target: str, env: Any = None, **options: Any) -> Any:
-    """`hf:PATH_OR_NAME` -> `HFPolicy` (imports torch/transformers on first use)."""
-    if options.get("model") is None:  # before importing torch: a bad path is named even where torch is missing
-        check_model_source(target)
-    from toolgym.models.hf import HFPolicy
-
-    return HFPolicy(target, **options)
-
-
-def load_vllm(target: str, env: Any = None, **options: Any) -> Any:
-    """`vllm:PATH_OR_NAME` -> `VLLMPolicy` (imports vllm on first use)."""
-    check_model_source(target)
-    from toolgym.models.vllm_engine import VLLMPolicy
-
-    return VLLMPolicy(target, **options)
-
-
-def load_vllm_server(target: str, env: Any = None, **options: Any) -> Any:
-    """`vllm-server:NAME` -> `VLLMServerPolicy` (needs transformers for the tokenizer)."""
-    from toolgym.models.server import VLLMServerPolicy
-
-    return VLLMServerPolicy(target, **options)
-
-
-def register_schemes(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register the `hf` and `vllm` URI schemes."""
-    register("hf", load_hf)
-    register("vllm", load_vllm)
-    register("vllm-server", load_vllm_server)

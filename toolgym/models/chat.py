@@ -13,15 +13,25 @@ Step 4 only works when the template is prefix-preserving: rendering a conversati
 messages must extend the first text. Some templates are not (Qwen3's drops the `<think>` of assistant turns before
 the last user message). `check_prefix_preservation` probes the template at start-up and raises
 `TemplateNotPrefixPreservingError` naming the fix; the tracker re-checks on every turn and raises the same error.
+
+`load_chat_template` reads the `chat_template` option of the model policies (inline text or a .jinja path).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 from toolgym.types import TokenTrace
+
+
+def load_chat_template(value: str | None) -> str | None:
+    """A template given inline or as a path to a .jinja file."""
+    if value and "{" not in value and Path(value).is_file():
+        return Path(value).read_text(encoding="utf-8")
+    return value
 
 
 class TemplateNotPrefixPreservingError(RuntimeError):

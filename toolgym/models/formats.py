@@ -249,7 +249,7 @@ def py_literal(value: Any) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as a Python literal")
 
 
-def _segmenter(source: str) -> Callable[[ast.AST], str | None]:
+def source_segmenter(source: str) -> Callable[[ast.AST], str | None]:
     """`ast.get_source_segment(source, node)` for many nodes of one source in linear time (the stdlib function
     splits the whole source again on every call: quadratic for a turn with thousands of calls)."""
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)  # the tokenizer's line ends, kept
@@ -307,7 +307,7 @@ class PythonicFormat(ToolFormat):
         if not nodes:
             return [_bad_call(inner, "empty tool call list")]
         calls = []
-        segment = _segmenter(source)
+        segment = source_segmenter(source)
         for node in nodes:
             seg = segment(node) or inner
             if not isinstance(node, ast.Call) or _dotted(node.func) is None:

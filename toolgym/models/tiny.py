@@ -8,8 +8,11 @@ prefix-preserving for multi-turn tool use), builds a `Qwen2ForCausalLM` with ran
 with `save_pretrained`. The directory reloads with `AutoTokenizer` / `AutoModelForCausalLM` -- the same code path
 that loads hub names such as `Qwen/Qwen3-0.6B`. Output is deterministic given the seed.
 
-The corpus builder is extensible: `register_corpus(name)(fn)` adds a generator of text lines; `build_corpus`
-takes source names and extra files.
+Corpus sources are found by name: `chatml` (generic chat and tool-calling text) is built in; any other name is
+looked up in the `toolgym.corpora` entry-point group, where an installed package registers a function
+`fn(rng) -> iterable of texts` (the tic-tac-toe env registers `tictactoe`:
+`[project.entry-points."toolgym.corpora"] tictactoe = "toolgym_tictactoe.corpus:tictactoe_corpus"`). An unknown name
+is an error naming the known ones. `build_corpus` takes sources (names or functions) and extra files.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -84,103 +88,13 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 CorpusFn = Callable[[random.Random], Iterable[str]]
-CORPORA: dict[str, CorpusFn] = {}
-
-
-def register_corpus(name: str) -> Callable[[CorpusFn], CorpusFn]:
-    """Decorator: register a corpus source `fn(rng) -> iterable of texts` under `name`."""
-
-    def deco(fn: CorpusFn) -> CorpusFn:
-        CORPORA[name] = fn
-        return fn
-
-    return deco
+CORPUS_GROUP = "toolgym.corpora"
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # corpus sources
 
 
-def _ttt_render(board: str) -> str:
-    rows = []
-    for r in range(3):
-        cells = [board[3 * r + i] if board[3 * r + i] != "." else str(3 * r + i) for i in range(3)]
-        rows.append(" " + " | ".join(cells))
-    return "\n---+---+---\n".join(rows)
-
-
-TTT_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_board",
-            "description": "Show the current board, whose move it is and the free cells.",
-            "parameters": {"type": "object", "properties": {}, "required": []},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "make_move",
-            "description": "Place your X on a free cell (0-8, row by row); the opponent replies at once.",
-            "parameters": {
-                "type": "object",
-                "properties": {"position": {"type": "integer", "description": "The cell to play, 0 (top left) to 8 (bottom right)."}},
-                "required": ["position"],
-            },
-        },
-    },
-]
-
-
-# the tic-tac-toe env's line scan (`toolgym_tictactoe.scan_lines`): rows, columns, diagonals
-_TTT_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-
-
-@register_corpus("tictactoe")
-def tictactoe_corpus(rng: random.Random) -> Iterator[str]:
-    """Boards, tool results, tool calls, thoughts and prompts of the tic-tac-toe environment."""
-    yield "You are playing tic-tac-toe as X against an opponent (O). Cells are numbered 0-8, row by row."
-    yield "Call make_move with the cell you want to play. Think step by step inside <think></think> first."
-    for tool in TTT_TOOLS:
-        yield json.dumps(tool)
-    for _ in range(300):
-        board = ["."] * 9
-        side = rng.choice("XO")
-        for _ in range(rng.randint(0, 8)):
-            free = [i for i, c in enumerate(board) if c == "."]
-            cell = rng.choice(free)
-            board[cell] = side
-            side = "O" if side == "X" else "X"
-        b = "".join(board)
-        free = ", ".join(str(i) for i, c in enumerate(b) if c == ".")
-        pos = rng.choice([i for i, c in enumerate(b) if c == "."] or [4])
-        xs = ", ".join(str(i) for i, c in enumerate(b) if c == "X") or "none"
-        os_ = ", ".join(str(i) for i, c in enumerate(b) if c == "O") or "none"
-        yield f"{_ttt_render(b)}\nX: {xs}. O: {os_}.\nYou are X. Your move. Free cells: {free}."
-        yield f"You played {pos}. Opponent played {rng.randint(0, 8)}.\n{_ttt_render(b)}"
-        yield json.dumps({"name": "make_move", "arguments": {"position": pos}})
-        scan = "\n".join(
-            "".join(map(str, line)) + ": " + " ".join(b[i] if b[i] != "." else str(i) for i in line)
-            + rng.choice(["", "", f" win {line[0]}", f" block {line[2]}"])
-            for line in _TTT_LINES
-        )
-        verdict = rng.choice([f"I win at {pos}.", f"O wins at {pos}; I block.", "No threats.", "I'll play somewhere free."])
-        yield f"<think>\n{scan}\n{verdict} I play {pos}.\n</think>"
-        yield f"<think>\nThe free cells are {free}. I will play {pos} to block the opponent and make a line.\n</think>"
-        yield rng.choice(
-            [
-                f"cell {pos} is already taken; free cells: {free}",
-                f"invalid position {pos + 9}: choose a free cell from 0 to 8",
-                "Game over: you won.",
-                "Game over: you lost.",
-                "Game over: draw.",
-                "the game is over (draw); no more moves",
-            ]
-        )
-
-
-@register_corpus("chatml")
 def chatml_corpus(rng: random.Random) -> Iterator[str]:
     """Generic chat / tool-calling scaffolding and some plain text, so any prompt tokenizes compactly."""
     yield CHAT_TEMPLATE
@@ -226,14 +140,39 @@ def corpus_file_texts(path: Path, max_rows: int = 2000) -> list[str]:
     return texts
 
 
-def build_corpus(sources: Iterable[str] = ("chatml", "tictactoe"), seed: int = 0, extra_files: Iterable[str | Path] = ()) -> list[str]:
-    """Texts for tokenizer training from registered sources plus any extra text files."""
+BUILTIN_CORPORA: dict[str, CorpusFn] = {"chatml": chatml_corpus}
+
+
+def corpus_source(name: str) -> CorpusFn:
+    """The corpus source `name`: built in (`chatml`) or registered by an installed package under the
+    `toolgym.corpora` entry-point group. An unknown name is a ValueError naming the known ones."""
+    if name in BUILTIN_CORPORA:
+        return BUILTIN_CORPORA[name]
+    eps = {ep.name: ep for ep in entry_points(group=CORPUS_GROUP)}
+    if name not in eps:
+        known = ", ".join(sorted({*BUILTIN_CORPORA, *eps}))
+        raise ValueError(f"unknown corpus source {name!r}; known: {known} (packages add sources under the "
+                         f"{CORPUS_GROUP!r} entry-point group)")
+    fn: CorpusFn = eps[name].load()
+    return fn
+
+
+# The template scaffolding examples: one assistant call and its tool response, rendered whole. The call and the
+# result are fixed texts (from tic-tac-toe, the first env, whatever the sources); they stay as they are because
+# every tokenizer built so far, the committed checkpoint's and the documented runs' included, was trained on them.
+_SCAFFOLD_TOOL = "make_move"
+_SCAFFOLD_RESULT = " 0 | 1 | 2\n---+---+---\n 3 | 4 | 5\n---+---+---\n 6 | 7 | 8"
+
+
+def build_corpus(sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"), seed: int = 0,
+                 extra_files: Iterable[str | Path] = ()) -> list[str]:
+    """Texts for tokenizer training from the sources (names, or the corpus functions themselves: where the package
+    that registers one is importable but not installed) plus any extra files (`corpus_file_texts`)."""
+    fns = [s if callable(s) else corpus_source(s) for s in sources]  # every name checked before any work
     rng = random.Random(seed)
     texts: list[str] = []
-    for name in sources:
-        if name not in CORPORA:
-            raise ValueError(f"unknown corpus source {name!r}; known: {sorted(CORPORA)}")
-        texts.extend(CORPORA[name](rng))
+    for fn in fns:
+        texts.extend(fn(rng))
     for f in extra_files:
         texts.extend(corpus_file_texts(Path(f)))
     # a few full rendered conversations, so template scaffolding merges well
@@ -244,9 +183,9 @@ def build_corpus(sources: Iterable[str] = ("chatml", "tictactoe"), seed: int = 0
         pos = rng.randint(0, 8)
         texts.append(
             "<|im_start|>assistant\n"
-            + fmt.render_turn(None, [{"name": "make_move", "arguments": {"position": pos}}], reasoning=f"I play {pos}.")
+            + fmt.render_turn(None, [{"name": _SCAFFOLD_TOOL, "arguments": {"position": pos}}], reasoning=f"I play {pos}.")
             + "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
-            + f"You played {pos}.\n{_ttt_render('.' * 9)}\n</tool_response><|im_end|>\n"
+            + f"You played {pos}.\n{_SCAFFOLD_RESULT}\n</tool_response><|im_end|>\n"
         )
     return texts
 
@@ -291,7 +230,7 @@ def init_tiny(
     size: str = "tiny",
     seed: int = 0,
     vocab_size: int = 2048,
-    corpus_sources: Iterable[str] = ("chatml", "tictactoe"),
+    corpus_sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"),
     extra_corpus_files: Iterable[str | Path] = (),
     max_position_embeddings: int = 4096,
 ) -> Path:

@@ -5,21 +5,50 @@ A `Policy` holds a client or a model; for each rollout the engine calls `policy.
 `act`. Sessions of token-level backends keep the exact token ids, assistant mask and logprobs of their rollout and
 hand them over through `token_trace()`; other sessions return None.
 
-The backends (`toolgym.policies.*`, `toolgym.models.*`) import this module only; the URI resolver that imports the
-backends lives in `toolgym.policy`, so the import arrows run one way: resolver -> backends -> interface.
+Options: a policy declares the options it takes by its typed keyword parameters (a policy class: its `__init__`'s,
+following `**options` up to the parent class's, as env options are declared -- `toolgym.options`; a scripted player:
+its factory's). `check_policy_options` checks a user's options against that declaration by name: an unknown one is
+a `PolicyOptionError` naming the closest valid one (`--model-arg tempreature=0.5` -> "did you mean
+'temperature'?"). The sampling options `SAMPLING_OPTIONS` (temperature, top_p, max_tokens, seed: what the command
+line's flags set) are accepted by every policy; a policy receives only those it declares (a scripted player that
+does not sample ignores them).
+
+The backends (`toolgym.policies.*`) import this module, never the package's resolver (`toolgym.policies`), so the
+import arrows run one way: resolver -> backends -> interface.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolgym.options import OptionError, check_known, declared_options
 from toolgym.types import AssistantTurn, TokenTrace
+
+SAMPLING_OPTIONS = ("temperature", "top_p", "max_tokens", "seed")
+"""Options every policy accepts (a policy that does not sample ignores them)."""
 
 
 class PolicyUnavailable(RuntimeError):
     """The policy cannot answer at all (e.g. its every endpoint refuses connections). Unlike a failed turn, which
     fails one rollout, this stops an eval or synth run at once with one message (finished rollouts are kept)."""
+
+
+class PolicyOptionError(OptionError):
+    """A policy option the policy does not take."""
+
+
+def check_policy_options(factory: Callable[..., Any], options: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """`options` checked by name against what `factory` (a policy class or a scripted player's factory) declares,
+    minus the `SAMPLING_OPTIONS` it does not declare. Raises `PolicyOptionError` naming `owner` (the URI), the
+    unknown option and the closest valid one. A factory taking bare `**options` declares nothing: `options` pass
+    unchecked. Values are not converted (the policy does that)."""
+    declared = declared_options(factory)
+    if declared is None:
+        return dict(options)
+    check_known(options, {*declared, *SAMPLING_OPTIONS}, owner, error=PolicyOptionError)
+    return {k: v for k, v in options.items() if k in declared}
 
 
 class PolicySession(abc.ABC):
@@ -55,4 +84,5 @@ class Policy(abc.ABC):
         """Release long-lived resources (HTTP clients, engines)."""
 
 
-__all__ = ["Policy", "PolicySession", "PolicyUnavailable"]
+__all__ = ["SAMPLING_OPTIONS", "Policy", "PolicyOptionError", "PolicySession", "PolicyUnavailable",
+           "check_policy_options"]

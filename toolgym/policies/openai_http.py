@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from toolgym.policies.base import Policy, PolicySession, PolicyUnavailable
+from toolgym.policies.base import Policy, PolicySession, PolicyUnavailable, check_policy_options
 from toolgym.types import AssistantTurn, ToolCall
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -45,9 +45,29 @@ class _Endpoint:
 
 
 class OpenAIPolicy(Policy):
+    """`openai:MODEL` -- chat completions from OpenAI-compatible endpoints (see the module docstring).
+
+    Args:
+        base_url: Base URL(s) of the endpoint, comma-separated or a list (requests are spread over them).
+        api_key: Bearer token (default: $OPENAI_API_KEY).
+        temperature: Sampling temperature (default: the server's).
+        top_p: Nucleus sampling mass (default: the server's).
+        max_tokens: Most tokens per turn (default: the server's).
+        seed: Sampling seed, for servers that take one.
+        extra_body: More fields for every request body.
+        max_retries: Retries of a failed request (429/5xx/connection errors).
+        backoff_s: First retry wait; doubles per attempt, with jitter.
+        timeout_s: Seconds one request may take.
+        cooldown_s: Seconds a failed endpoint is skipped.
+        return_tokens: Ask for token ids and logprobs (vLLM's `return_token_ids`).
+        max_connect_failures: Consecutive connection failures after which the policy is unavailable.
+        unavailable_after_s: After a first success, how long failures must last before the policy is unavailable.
+    """
+
     def __init__(
         self,
         model: str,
+        /,
         base_url: str | list[str] = "https://api.openai.com/v1",
         api_key: str | None = None,
         temperature: float | None = None,
@@ -62,7 +82,6 @@ class OpenAIPolicy(Policy):
         return_tokens: bool = False,
         max_connect_failures: int = 8,
         unavailable_after_s: float = 60.0,
-        **_: Any,
     ) -> None:
         self.name = f"openai:{model}"
         self.model = model
@@ -248,5 +267,8 @@ def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def load_openai(target: str, env: Any = None, **options: Any) -> Policy:
+    """`openai:MODEL` -> `OpenAIPolicy` (base URL from the `base_url` option, else $OPENAI_BASE_URL, else OpenAI's);
+    options set to None are left at their defaults, an unknown one is a `PolicyOptionError`."""
+    options = check_policy_options(OpenAIPolicy, options, f"openai:{target}")
     base = options.pop("base_url", None) or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     return OpenAIPolicy(target, base_url=base, **{k: v for k, v in options.items() if v is not None})

@@ -3,6 +3,12 @@
 Environments ship their own (`env.scripted_players()`), e.g. a minimax expert for tic-tac-toe or a reference player
 that runs a task's gold SQL. They see exactly what a model sees (the messages and tool schemas) plus the task row,
 and must act only through tool calls. Useful as teachers (`toolgym synth`), baselines and for tests.
+
+A player's factory declares the options it takes by its keyword parameters, the environment coming first and
+positional-only: `def imperfect(env, /, mistake_prob: float = 0.2, seed: int | None = None) -> Policy`. An unknown
+option is then an error naming the closest valid one; the sampling options the command line passes
+(`toolgym.policies.base.SAMPLING_OPTIONS`) reach a player only if it declares them (`seed` for its randomness).
+A factory taking bare `**options` gets every option, unchecked.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from toolgym.policies.base import Policy, PolicySession
+from toolgym.policies.base import Policy, PolicySession, check_policy_options
 from toolgym.types import AssistantTurn, ToolCall
 
 TurnFn = Callable[[list[dict[str, Any]], dict[str, Any]], AssistantTurn]
@@ -50,4 +56,6 @@ def load_scripted(target: str, env: Any = None, **options: Any) -> Policy:
         known = ", ".join(sorted(players)) or "none"
         where = f"environment {env.name!r}" if env is not None else "no environment"
         raise ValueError(f"unknown scripted player {target!r} for {where}; known: {known}")
-    return players[target](env, **{k: v for k, v in options.items() if v is not None})
+    factory = players[target]
+    options = check_policy_options(factory, {k: v for k, v in options.items() if v is not None}, f"scripted:{target}")
+    return factory(env, **options)

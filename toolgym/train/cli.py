@@ -65,7 +65,7 @@ def synth_cmd(
     journaled next to OUT (OUT's stem + .games.jsonl) until OUT is written, so a killed run can --resume."""
     import asyncio
 
-    from toolgym.policy import PolicyUnavailable, load_policy
+    from toolgym.policies import PolicyUnavailable, load_policy
     from toolgym.registry import load_env, parse_env_args
     from toolgym.train.synth import journal_path, synth
 

@@ -92,9 +92,9 @@ class GRPOConfig(ModelTrainConfig):
         "vllm = in-process vLLM engine, its weights updated in place after every optimizer step; vllm-server = a "
         "vLLM OpenAI server (engine_args.base_url, started with VLLM_SERVER_DEV_MODE=1) sampling token-exact, "
         "weights pushed after every step through a safetensors folder both sides can read.")
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="Extra options of the sampler: vllm -> "
-        "toolgym.models.vllm_engine.VLLMPolicy (gpu_memory_utilization, max_model_len, enable_sleep_mode...); "
-        "vllm-server -> toolgym.models.server.VLLMServerPolicy (base_url, served_model_name, api_key) plus "
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="Extra options of the sampler (checked by name): vllm -> "
+        "toolgym.policies.vllm_engine.VLLMPolicy (gpu_memory_utilization, max_model_len, enable_sleep_mode...); "
+        "vllm-server -> toolgym.policies.vllm_server.VLLMServerPolicy (base_url, served_model_name, api_key) plus "
         "sync_dir (default OUTPUT/weights_sync).")
     sync_weights: bool = Field(True, description="vllm engine: push the trainer's weights after each step (False "
         "only to measure the drift of a stale sampler).")
@@ -108,6 +108,17 @@ class GRPOConfig(ModelTrainConfig):
             self.epsilon_high = 0.28 if self.loss_type == "dapo" else self.epsilon
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) > max_steps ({self.max_steps})")
+        if self.engine_args:  # checked by name like --model-arg: a misspelled one fails here, not silently
+            from toolgym.policies.base import check_policy_options
+
+            if self.engine == "hf":
+                raise ValueError("engine_args apply to engine = \"vllm\" or \"vllm-server\", not \"hf\"")
+            if self.engine == "vllm":
+                from toolgym.policies.vllm_engine import VLLMPolicy as sampler
+            else:
+                from toolgym.policies.vllm_server import VLLMServerPolicy as sampler
+            args = {k: v for k, v in self.engine_args.items() if not (self.engine == "vllm-server" and k == "sync_dir")}
+            check_policy_options(sampler, args, f"engine_args ({self.engine})")
         return self
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 import random
 import statistics
 import time
@@ -142,7 +141,7 @@ class GRPOTrainer:
                  env: Any = None):
         import torch
 
-        from toolgym.models.hf import HFPolicy
+        from toolgym.policies.hf import HFPolicy
         from toolgym.registry import load_env
 
         self.cfg, self.on_step = cfg, on_step
@@ -172,13 +171,13 @@ class GRPOTrainer:
         sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed,
                         max_batch=cfg.concurrency)
         if cfg.engine == "vllm":  # a second copy of the weights, inside vLLM, synced after every optimizer step
-            from toolgym.models.vllm_engine import VLLMPolicy
+            from toolgym.policies.vllm_engine import VLLMPolicy
 
             self.policy: Any = VLLMPolicy(cfg.model, **{**sampling, **cfg.engine_args})
             if ckpt is not None:  # resumed: the engine loaded the starting weights, push the checkpoint's
                 self.sync_sampler()
         elif cfg.engine == "vllm-server":  # a remote vLLM server; weights go through a folder it can read
-            from toolgym.models.server import VLLMServerPolicy
+            from toolgym.policies.vllm_server import VLLMServerPolicy
 
             args = dict(cfg.engine_args)
             self.sync_dir = Path(args.pop("sync_dir", cfg.output_dir / "weights_sync"))
@@ -255,7 +254,7 @@ class GRPOTrainer:
         ex = step_examples(step, cfg.batch_size, len(self.tasks), self.num_groups, cfg.dataset_seed + cfg.seed)
         jobs = [(i, r, self.tasks[i]) for i in ex for r in range(cfg.rollouts_per_example)]
         self.policy.seed = cfg.seed * 1_000_003 + step  # sampling is a function of (seed, step, job): resumable
-        self.policy._sessions = itertools.count()
+        self.policy.reset_sessions()
         self.model.eval()
         return await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
 
@@ -421,7 +420,7 @@ class GRPOTrainer:
         return last
 
     async def periodic_eval(self) -> dict[str, float]:
-        from toolgym.models.hf import HFPolicy
+        from toolgym.policies.hf import HFPolicy
         from toolgym.registry import load_env
         from toolgym.rollout import run_rollouts
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from toolgym.models.hf import supports_logits_to_keep
+from toolgym.policies.hf import supports_logits_to_keep
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
 
@@ -121,7 +121,7 @@ def masked_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: tor
     rest of every row attends to it -- the same function and gradient as the full forward (autograd sums the rows'
     gradients into the shared keys and values), with far fewer tokens through the network. Models whose cache is
     not a plain `DynamicCache` (sliding-window, LFM2's convolutions) take the full forward."""
-    from toolgym.models.hf import expand_prefix_cache, shared_prefix_len
+    from toolgym.policies.kv_cache import expand_prefix_cache, shared_prefix_len
 
     B, T = ids.shape
     cols = mask.detach().sum(0).nonzero()

@@ -32,7 +32,7 @@ def load_model(cfg: Any, path: str | None = None) -> tuple[Any, Any, bool]:
     `path` may be a checkpoint's model/ folder holding an adapter."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from toolgym.models.hf import resolve_device_dtype
+    from toolgym.policies.hf import resolve_device_dtype
 
     from transformers.utils import logging as hf_logging
 

@@ -178,10 +178,10 @@ class SqlEnv(StatefulToolEnv):
         ])
 
     def scripted_players(self) -> dict[str, Any]:
-        return {
-            "reference": lambda env, **o: ScriptedPolicy(_reference_player(), "scripted:reference"),
-            "wrong": lambda env, **o: ScriptedPolicy(_wrong_player(), "scripted:wrong"),
-            "partial": lambda env, **o: ScriptedPolicy(_partial_player(), "scripted:partial"),
+        return {  # they take no options (`toolgym.policies.scripted`)
+            "reference": lambda env, /: ScriptedPolicy(_reference_player(), "scripted:reference"),
+            "wrong": lambda env, /: ScriptedPolicy(_wrong_player(), "scripted:wrong"),
+            "partial": lambda env, /: ScriptedPolicy(_partial_player(), "scripted:partial"),
         }
 
 

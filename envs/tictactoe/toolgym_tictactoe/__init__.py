@@ -269,18 +269,7 @@ class TicTacToeEnv(StatefulToolEnv):
         ])
 
     def scripted_players(self) -> dict[str, Any]:
-        return {
-            "minimax": lambda env, **o: ScriptedPolicy(
-                _minimax_player(0.0, o.get("seed"), o.get("tie_break", "preference"), o.get("think", "scan")),
-                "scripted:minimax"
-            ),
-            "random": lambda env, **o: ScriptedPolicy(_minimax_player(1.0, o.get("seed")), "scripted:random"),
-            "imperfect": lambda env, **o: ScriptedPolicy(
-                _minimax_player(float(o.get("mistake_prob", 0.2)), o.get("seed"), o.get("tie_break", "preference"),
-                                o.get("think", "scan")),
-                "scripted:imperfect",
-            ),
-        }
+        return {"minimax": minimax_player, "random": random_player, "imperfect": imperfect_player}
 
 
     def serve_tools(self, agent: Any) -> dict[str, Any]:
@@ -629,6 +618,40 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
 
     return act
+
+
+def minimax_player(env: Any, /, seed: int | None = None, tie_break: str = "preference",
+                   think: str = "scan") -> ScriptedPolicy:
+    """`scripted:minimax`: the minimax expert.
+
+    Args:
+        seed: Seeds its choices among equally good moves (tie_break="random").
+        tie_break: Among equally good quiet moves: "preference", "random" or "exploit".
+        think: The think block it writes: "scan", "forks", "track", "slots" or "none".
+    """
+    return ScriptedPolicy(_minimax_player(0.0, seed, tie_break, think), "scripted:minimax")
+
+
+def random_player(env: Any, /, seed: int | None = None) -> ScriptedPolicy:
+    """`scripted:random`: reads the board and plays a random free cell.
+
+    Args:
+        seed: Seeds its moves.
+    """
+    return ScriptedPolicy(_minimax_player(1.0, seed), "scripted:random")
+
+
+def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = None, tie_break: str = "preference",
+                     think: str = "scan") -> ScriptedPolicy:
+    """`scripted:imperfect`: the minimax expert that plays a random free cell with probability `mistake_prob`.
+
+    Args:
+        mistake_prob: Probability of a random free cell instead of a best move.
+        seed: Seeds its mistakes and its choices among equally good moves.
+        tie_break: Among equally good quiet moves: "preference", "random" or "exploit".
+        think: The think block it writes: "scan", "forks", "track", "slots" or "none".
+    """
+    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think), "scripted:imperfect")
 
 
 def load_environment(**kwargs: Any) -> TicTacToeEnv:

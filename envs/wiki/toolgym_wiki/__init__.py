@@ -212,9 +212,9 @@ class WikiEnv(StatefulToolEnv):
         ])
 
     def scripted_players(self) -> dict[str, Any]:
-        return {
-            "reference": lambda env, **o: ScriptedPolicy(reference_player(), "scripted:reference"),
-            "random": lambda env, **o: ScriptedPolicy(random_player(o.get("seed")), "scripted:random"),
+        return {  # options: random's seed (`toolgym.policies.scripted`)
+            "reference": lambda env, /: ScriptedPolicy(reference_player(), "scripted:reference"),
+            "random": lambda env, /, seed=None: ScriptedPolicy(random_player(seed), "scripted:random"),
         }
 
 

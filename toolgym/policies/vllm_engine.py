@@ -17,27 +17,33 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from toolgym.models.chat import ChatRenderer
-from toolgym.models.engine import GenOutput, GenRequest, ModelPolicy
-from toolgym.models.hf import load_chat_template
-
-_POLICY_OPTIONS = {
-    "temperature", "top_p", "top_k", "max_tokens", "seed", "tool_format", "check_template", "max_batch", "batch_wait_s",
-    "batch_gather_s",
-}
+from toolgym.models.chat import ChatRenderer, load_chat_template
+from toolgym.policies.batching import GenOutput, GenRequest
+from toolgym.policies.model import ModelPolicy
 
 
 class VLLMPolicy(ModelPolicy):
-    """`vllm:PATH_OR_NAME`. Options: those of `hf:` (temperature, top_p, top_k, max_tokens, seed, tool_format,
-    chat_template, template_kwargs, check_template, max_batch, batch_wait_s, batch_gather_s), dtype ("auto";
-    "float32" on CPU), max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager, engine_kwargs (dict
-    passed to `vllm.LLM`)."""
+    """`vllm:PATH_OR_NAME`. Takes the options of `ModelPolicy` (sampling, tool format, batch gathering; not
+    `allowed_outputs`) and:
+
+    Args:
+        dtype: "auto" ("float32" on CPU), "bfloat16", ...
+        max_model_len: Longest sequence (prompt + output) the engine serves.
+        gpu_memory_utilization: Share of GPU memory vLLM may take.
+        enable_sleep_mode: Allow `sleep()` / `wake_up()` between rollout phases.
+        enforce_eager: Run without CUDA graphs.
+        chat_template: A chat template, inline text or a .jinja path (default: the tokenizer's).
+        template_kwargs: Extra chat-template variables, e.g. {"enable_thinking": False}.
+        engine_kwargs: More keyword arguments for `vllm.LLM`.
+        trust_remote_code: Let vLLM run the model repository's own code.
+    """
 
     name = "vllm"
 
     def __init__(
         self,
         target: str,
+        /,
         *,
         dtype: str = "auto",
         max_model_len: int | None = None,
@@ -50,6 +56,8 @@ class VLLMPolicy(ModelPolicy):
         trust_remote_code: bool = False,
         **options: Any,
     ) -> None:
+        if options.get("allowed_outputs") is not None:
+            raise ValueError("allowed_outputs (choice constraints) is supported by hf: only")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -81,8 +89,7 @@ class VLLMPolicy(ModelPolicy):
         self.llm = vllm.LLM(**kw)
         self.tokenizer = self.llm.get_tokenizer()
         renderer = ChatRenderer(self.tokenizer, load_chat_template(chat_template), template_kwargs)
-        self.weight_version = 0
-        super().__init__(renderer, **{k: v for k, v in options.items() if k in _POLICY_OPTIONS})
+        super().__init__(renderer, **options)
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenOutput]:
         from vllm import SamplingParams
@@ -131,7 +138,6 @@ class VLLMPolicy(ModelPolicy):
             self.llm.reset_prefix_cache()
         except Exception:  # noqa: BLE001 - older versions / no prefix cache
             pass
-        self.weight_version += 1
 
     def sleep(self, level: int = 1) -> None:
         """Free the KV cache (level 1) and weights (level 2) between rollout phases, where vLLM supports it."""

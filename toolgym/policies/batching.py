@@ -1,30 +1,24 @@
-"""What the local backends share: sampling params, the async batching queue, and the token-exact policy session.
+"""Batching for the local backends: sampling params, generation requests/outputs, and the async queues that gather
+the `act` calls of many concurrent rollouts into batches.
 
 A backend implements one blocking method, `generate_batch(requests) -> outputs` (token ids in, sampled token ids
 and logprobs out). `BatchQueue` gathers concurrent `act` calls of many rollouts into one such call: the first
 request waits `max_wait_s` for company, everything queued by then (up to `max_batch`) runs together in a worker
 thread, and requests arriving meanwhile form the next batch. Batch sizes are recorded (`stats()`). A backend that
-can also add rows to a running decode (`continuous_stepper()`, the transformers engine) gets `ContinuousQueue`
-instead: requests join the running batch at the next token and each returns as soon as its row ends.
+can also add rows to a running decode (`continuous_stepper()`, the transformers engine's
+`toolgym.policies.continuous.ContinuousBatcher`) gets `ContinuousQueue` instead: requests join the running batch
+at the next token and each returns as soon as its row ends.
 
-`ModelPolicy` (base of `HFPolicy` and `VLLMPolicy`) renders prompts with the tokenizer's chat template, tracks the
-exact tokens of each rollout (`toolgym.models.chat.TokenTracker`), parses tool calls with the chosen
-`ToolFormat`, and returns `AssistantTurn`s with `token_ids`, `logprobs`, `finish_reason`.
+The policy on top (`toolgym.policies.model.ModelPolicy`) owns a queue and submits one `GenRequest` per turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
-
-from toolgym.models.chat import ChatRenderer, TokenTracker, check_prefix_preservation
-from toolgym.models.formats import ToolFormat, detect_format, get_format
-from toolgym.policies.base import Policy, PolicySession
-from toolgym.types import AssistantTurn, TokenTrace
 
 
 @dataclass
@@ -260,128 +254,3 @@ class ContinuousQueue(BatchQueue):
         self.decode_steps = self.decode_rows = 0
         self.prefill_s = 0.0
         self.prefill_tokens = self.reused_tokens = 0
-
-
-class ModelPolicy(Policy):
-    """Base of the local token-level backends (subclasses set `self.renderer` and implement `generate_batch`)."""
-
-    name = "model"
-
-    def __init__(
-        self,
-        renderer: ChatRenderer,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_tokens: int = 256,
-        seed: int | None = None,
-        tool_format: str | ToolFormat = "auto",
-        check_template: str | bool = "strict",
-        max_batch: int = 64,
-        batch_wait_s: float = 0.005,
-        batch_gather_s: float = 0.05,
-        allowed_outputs: Any = None,
-        batching: str = "static",
-    ) -> None:
-        self.renderer = renderer
-        self.sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
-        self.seed = seed
-        self.allowed_outputs = allowed_outputs
-        if tool_format in (None, "auto"):
-            self.tool_format = detect_format(renderer.chat_template)
-        else:
-            self.tool_format = get_format(tool_format)
-        check_prefix_preservation(renderer, check_template)
-        self.live_sessions = 0  # sessions opened and not yet closed (rollouts in flight)
-        if batching not in ("static", "continuous"):
-            raise ValueError(f"batching must be 'static' or 'continuous', not {batching!r}")
-        stepper = self.continuous_stepper() if batching == "continuous" else None
-        qargs = {"max_batch": max_batch, "max_wait_s": batch_wait_s, "live": lambda: self.live_sessions,
-                 "gather_s": batch_gather_s}
-        self.queue: BatchQueue = (ContinuousQueue(stepper, self.generate_batch, **qargs) if stepper is not None
-                                  else BatchQueue(self.generate_batch, **qargs))
-        self._sessions = itertools.count()
-
-    # -- backend hook --------------------------------------------------------------------------------------------
-    def generate_batch(self, requests: list[GenRequest]) -> list[GenOutput]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def continuous_stepper(self) -> Any:
-        """The backend's `run_until` stepper for `ContinuousQueue`, or None (static batches only)."""
-        return None
-
-    def weights_changed(self) -> None:
-        """The model's weights were modified (a trainer's optimizer step). A minimal no-op stand-in, kept only so
-        GRPOTrainer's explicit sync runs on this branch: the hf engine already notices in-place changes itself
-        (`_weights_version`); the model-policy branch gives this its real body (dropping the parked KV)."""
-
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None
-    ) -> GenOutput:
-        """Queue one generation (batched with concurrent ones)."""
-        return await self.queue.submit(GenRequest(list(prompt_ids), params or self.sampling, allowed))
-
-    def encode_choices(self, texts: list[str]) -> list[list[int]]:
-        """Token sequences for constrained outputs: each text canonically tokenized + the end-of-turn token."""
-        stop = self.renderer.stop_ids[:1]
-        return [self.renderer.encode(t) + stop for t in texts]
-
-    # -- Policy ----------------------------------------------------------------------------------------------------
-    def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
-        self.live_sessions += 1
-        return ModelSession(self, tools, next(self._sessions))
-
-    @property
-    def stats(self) -> dict[str, float]:
-        """Batching statistics (a dict, like the HTTP policy's `stats`)."""
-        return self.queue.stats()
-
-    async def aclose(self) -> None:
-        await self.queue.aclose()
-
-
-class ModelSession(PolicySession):
-    def __init__(self, policy: ModelPolicy, tools: list[dict[str, Any]], index: int):
-        self.policy = policy
-        self.tracker = TokenTracker(policy.renderer, tools)
-        self.index = index
-        self.turns = 0
-        self.generate_s = 0.0
-        self.closed = False
-
-    async def aclose(self) -> None:
-        if not self.closed:  # the policy's batch gathering stops waiting for this session
-            self.closed = True
-            self.policy.live_sessions -= 1
-
-    def _params(self) -> SamplingParams:
-        p = self.policy.sampling
-        if self.policy.seed is None:
-            return p
-        seed = random.Random(f"{self.policy.seed}:{self.index}:{self.turns}").getrandbits(62)
-        return replace(p, seed=seed)
-
-    async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
-        prompt = self.tracker.prompt_ids(messages)
-        allowed = None
-        if self.policy.allowed_outputs is not None:
-            texts = self.policy.allowed_outputs(messages)
-            allowed = self.policy.encode_choices(texts) if texts else None
-        t0 = time.perf_counter()
-        out = await self.policy.generate(prompt, self._params(), allowed)
-        self.generate_s += time.perf_counter() - t0
-        self.turns += 1
-        ids = list(out.token_ids)
-        body = ids[:-1] if ids and ids[-1] in self.policy.renderer.stop_ids else ids
-        text = self.policy.renderer.decode(body)
-        turn = self.policy.tool_format.parse(text)
-        turn.token_ids = ids
-        turn.logprobs = list(out.logprobs)
-        turn.finish_reason = out.finish_reason
-        turn.usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}
-        self.tracker.add_sample(messages, ids, out.logprobs, turn.to_message())
-        return turn
-
-    def token_trace(self) -> TokenTrace | None:
-        return self.tracker.finish()

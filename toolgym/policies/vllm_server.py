@@ -7,29 +7,44 @@ keeps the exact trajectory instead: it renders prompts locally with the model's 
 `/completions` endpoint (`prompt` as a list of ids, `return_token_ids`, `logprobs`) and appends the returned
 sampled ids verbatim. The server does the batching, so requests go straight out (no local queue).
 
-Options: `base_url` (default `http://127.0.0.1:8000/v1`), `api_key`, `tokenizer` (path or name; default MODEL),
-`served_model_name` (default MODEL), `timeout_s`, plus the sampling/format options of `hf:`.
+Options: `base_url` (default `http://127.0.0.1:8000/v1`), `api_key` (default `$OPENAI_API_KEY`), `tokenizer` (path
+or name; default MODEL), `served_model_name` (default MODEL), `timeout_s`, plus the sampling/format options of
+`hf:`.
 Needs `transformers` (tokenizer only, no torch) and a vLLM server >= 0.10.2 (`return_token_ids`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-from toolgym.models.chat import ChatRenderer
-from toolgym.models.engine import GenOutput, GenRequest, ModelPolicy, SamplingParams
-from toolgym.models.hf import load_chat_template
-
-_POLICY_OPTIONS = {"temperature", "top_p", "top_k", "max_tokens", "seed", "tool_format", "check_template"}
+from toolgym.models.chat import ChatRenderer, load_chat_template
+from toolgym.policies.batching import GenOutput, GenRequest, SamplingParams
+from toolgym.policies.model import ModelPolicy
 
 
 class VLLMServerPolicy(ModelPolicy):
+    """`vllm-server:MODEL`. Takes the options of `ModelPolicy` (sampling, tool format; not `allowed_outputs`; the
+    batching options have no effect: the server batches) and:
+
+    Args:
+        base_url: The server's OpenAI-compatible base URL.
+        api_key: Bearer token for the server (default: $OPENAI_API_KEY, if set).
+        tokenizer: Tokenizer path or name, or a tokenizer object (default: MODEL).
+        served_model_name: The model name the server serves (default: MODEL).
+        chat_template: A chat template, inline text or a .jinja path (default: the tokenizer's).
+        template_kwargs: Extra chat-template variables, e.g. {"enable_thinking": False}.
+        timeout_s: Seconds one request may take.
+        trust_remote_code: Let transformers run the tokenizer repository's own code.
+    """
+
     name = "vllm-server"
 
     def __init__(
         self,
         target: str,
+        /,
         *,
         base_url: str = "http://127.0.0.1:8000/v1",
         api_key: str | None = None,
@@ -44,6 +59,11 @@ class VLLMServerPolicy(ModelPolicy):
         import httpx
         from transformers import AutoTokenizer
 
+        if options.get("allowed_outputs") is not None:
+            raise ValueError("allowed_outputs (choice constraints) is supported by hf: only")
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY")
+
         if tokenizer is None or isinstance(tokenizer, str):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer or target, trust_remote_code=trust_remote_code)
         self.model_name = served_model_name or target
@@ -54,7 +74,7 @@ class VLLMServerPolicy(ModelPolicy):
         self._tokens = 0
         self._busy = 0.0
         renderer = ChatRenderer(tokenizer, load_chat_template(chat_template), template_kwargs)
-        super().__init__(renderer, **{k: v for k, v in options.items() if k in _POLICY_OPTIONS})
+        super().__init__(renderer, **options)
 
     def body(self, prompt_ids: list[int], p: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -125,7 +145,3 @@ def parse_completion_tokens(data: dict[str, Any]) -> GenOutput:
     lps = [float(x) if x is not None else 0.0 for x in lp][: len(ids)]
     lps += [0.0] * (len(ids) - len(lps))
     return GenOutput(list(ids), lps, "stop" if choice.get("finish_reason") == "stop" else "length")
-
-
-def load_vllm_server(target: str, env: Any = None, **options: Any) -> VLLMServerPolicy:
-    return VLLMServerPolicy(target, **options)
