@@ -313,7 +313,7 @@ def serve_cmd(
 
 
 def _mount_optional() -> None:
-    """Sub-commands from optional packages: `toolgym model ...`, `toolgym export ...`, and the training commands
+    """Sub-commands: `toolgym tasks ...`, and from optional packages `toolgym model ...`, `toolgym export ...`, and the training commands
     (`synth`, `sft`, `train`, `plot`) at the top level. Each is skipped if its package cannot be imported."""
     try:
         from toolgym.models.cli import app as model_app
@@ -321,6 +321,10 @@ def _mount_optional() -> None:
         app.add_typer(model_app, name="model", help="Local models: build the tiny offline model, inspect templates.")
     except ImportError:
         pass
+    from toolgym.tasks.cli import app as tasks_app  # no optional dependency: always there
+
+    app.add_typer(tasks_app, name="tasks", help="Tasks from the server itself: generate verified tasks and a "
+                  "held-out split.")
     try:
         from toolgym.export.cli import app as export_app
 

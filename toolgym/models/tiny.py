@@ -84,6 +84,7 @@ SIZES: dict[str, dict[str, int]] = {
     # head_dim is 32 everywhere: vLLM's CPU attention supports head sizes 32, 64, 80, ... (not 16)
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256),
     "small": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512),
+    "medium": dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, intermediate_size=768),
     "base": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024),
 }
 
@@ -194,13 +195,20 @@ def build_corpus(sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"), se
 # tokenizer + model
 
 
-def train_tokenizer(texts: list[str], vocab_size: int = 2048) -> Any:
-    """A byte-level BPE (`PreTrainedTokenizerFast`) with ChatML and tool-call special tokens and the chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_tokenizer(texts: list[str], vocab_size: int = 2048, split: str | None = None) -> Any:
+    """A byte-level BPE (`PreTrainedTokenizerFast`) with ChatML and tool-call special tokens and the chat template.
+    `split`: a pre-tokenizer regex the merges are learned under (default: GPT-2's byte-level split); the tool-calling
+    base passes `toolgym.models.toolcall.WORD_SPLIT`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -211,6 +219,8 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048) -> Any:
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    if split is not None:
+        tok = _space_merges_first(tok)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
@@ -225,6 +235,20 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048) -> Any:
     return fast
 
 
+def _space_merges_first(tok: Any) -> Any:
+    """The tokenizer with its space + letter merges (`Ġ r`) ranked first, so a word after a space always starts
+    with one token carrying the space and its first letter (` river` -> `Ġr` `iver`, never a bare `Ġ` then `ri`
+    `ver`): a bare `Ġ` before most words would leave a copying model nothing that marks where the next word begins."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    merges = data["model"]["merges"]
+    pairs = [m if isinstance(m, list) else m.split(" ", 1) for m in merges]
+    first = [p for p in pairs if p[0] == "\u0120" and len(p[1]) == 1 and p[1].isalpha()]
+    data["model"]["merges"] = first + [p for p in pairs if p not in first]
+    return Tokenizer.from_str(json.dumps(data))
+
+
 def init_tiny(
     out_dir: str | Path,
     size: str = "tiny",
@@ -233,6 +257,7 @@ def init_tiny(
     corpus_sources: Iterable[str | CorpusFn] = ("chatml", "tictactoe"),
     extra_corpus_files: Iterable[str | Path] = (),
     max_position_embeddings: int = 4096,
+    split: str | None = None,
 ) -> Path:
     """Build and save the tiny model + tokenizer to `out_dir`; returns the path. Deterministic given `seed`."""
     import torch
@@ -242,7 +267,7 @@ def init_tiny(
         raise ValueError(f"unknown size {size!r}; known: {sorted(SIZES)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(build_corpus(corpus_sources, seed=seed, extra_files=extra_corpus_files), vocab_size)
+    tok = train_tokenizer(build_corpus(corpus_sources, seed=seed, extra_files=extra_corpus_files), vocab_size, split)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = Qwen2Config(

@@ -1,0 +1,219 @@
+"""The parts of task generation that need no server: schema-valid sampling (fuzzed over random schemas with
+hypothesis), harvesting values from results, prompts that state every value as it will be written in the call, the
+held-out split and its check, the `correct` reward of generated tasks, and the derived env config."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolgym.accuracy import validate_args
+from toolgym.tasks import templates as T
+from toolgym.tasks.generate import (
+    Attempt,
+    answer_fields,
+    assign_split,
+    check_split,
+    free_values,
+    pick_answer,
+    sandbox_relative,
+    task_values,
+)
+from toolgym.tasks.recipe import derive_config, trivial_baselines
+from toolgym.tasks.rewards import correct
+from toolgym.tasks.sampling import ArgSampler, Pools, SchemaError, children, description_examples, entries, harvest
+
+SCHEMAS = [
+    {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
+    {"type": "object", "properties": {"mode": {"type": "string", "enum": ["fast", "slow"]},
+                                      "n": {"type": "integer", "minimum": 3, "maximum": 7}}, "required": ["mode", "n"]},
+    {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+                                      "mail": {"type": "string", "format": "email"},
+                                      "id": {"type": "string", "pattern": "^[a-z0-9-]+$", "minLength": 3}},
+     "required": ["when", "mail", "id"]},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "minItems": 2,
+                                               "maxItems": 4, "uniqueItems": True}}, "required": ["tags"]},
+    {"type": "object", "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer", "multipleOf": 5}},
+                                       "required": ["x"]}},
+     "properties": {"point": {"$ref": "#/$defs/P"}, "opt": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+     "required": ["point", "opt"]},
+    {"type": "object", "properties": {"ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}},
+     "required": ["ratio"], "additionalProperties": False},
+    {"type": "object", "properties": {"zone": {"type": "string", "description":
+                                               "IANA name (e.g., 'America/New_York', 'Europe/London')."}},
+     "required": ["zone"]},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_sampled_arguments_are_valid_against_the_schema(schema: dict) -> None:  # type: ignore[type-arg]
+    sampler = ArgSampler(random.Random(0), Pools())
+    for _ in range(50):
+        args = sampler.sample(schema)
+        assert validate_args(schema, args) is None, args
+        assert set(schema["required"]) <= set(args)
+
+
+_leaf = st.sampled_from([
+    {"type": "string"}, {"type": "number"}, {"type": "integer"}, {"type": "boolean"},
+    {"type": "string", "enum": ["a", "b c"]}, {"type": "integer", "minimum": -5, "maximum": 5},
+    {"type": "string", "format": "date"}, {"type": "string", "maxLength": 8},
+    {"type": "number", "minimum": 0.5, "maximum": 2.5}, {"type": "integer", "multipleOf": 3},
+])
+_node = st.recursive(_leaf, lambda inner: st.one_of(
+    st.builds(lambda i: {"type": "array", "items": i}, inner),
+    st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), inner, min_size=1, max_size=3).map(
+        lambda p: {"type": "object", "properties": p, "required": sorted(p)[: len(p) // 2 + 1]})), max_leaves=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(props=st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), _node, max_size=4), seed=st.integers(0, 99))
+def test_fuzzed_schemas_always_give_valid_arguments(props: dict, seed: int) -> None:  # type: ignore[type-arg]
+    schema = {"type": "object", "properties": props, "required": sorted(props)[::2]}
+    args = ArgSampler(random.Random(seed), Pools()).sample(schema)
+    assert validate_args(schema, args) is None
+
+
+def test_an_impossible_schema_is_a_clear_error() -> None:
+    with pytest.raises(SchemaError, match="maximum"):
+        ArgSampler(random.Random(0)).sample({"type": "object", "properties": {"n": {"type": "integer", "minimum": 9,
+                                                                                  "maximum": 2}}, "required": ["n"]})
+    with pytest.raises(SchemaError, match=r"\$ref"):
+        ArgSampler(random.Random(0)).sample({"type": "object", "properties": {"p": {"$ref": "#/$defs/none"}},
+                                             "required": ["p"]})
+
+
+def test_description_examples_and_server_values_are_candidates() -> None:
+    assert description_examples("Zone (e.g., 'America/New_York', 'Europe/London').") == ["America/New_York",
+                                                                                      "Europe/London"]
+    pools = Pools(server=["notes/todo.txt"], hints={"path": ["hinted.md"]})
+    got = {ArgSampler(random.Random(i), pools, tool="read").sample(
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})["path"] for i in range(60)}
+    assert {"notes/todo.txt", "hinted.md"} <= got
+
+
+def test_a_source_that_keeps_failing_is_drawn_less() -> None:
+    schema = {"type": "object", "properties": {"zone": {"type": "string", "description": "Zone, e.g. 'UTC'."}},
+              "required": ["zone"]}
+    pools = Pools()
+    for _ in range(40):
+        pools.credit("conv", {"zone": "vocab"}, False)
+        pools.credit("conv", {"zone": "examples"}, True)
+    picks = [ArgSampler(random.Random(i), pools, tool="conv").sample(schema)["zone"] for i in range(100)]
+    assert picks.count("UTC") > 80
+
+
+def test_harvest_entries_and_children() -> None:
+    listing = "[DIR] notes\n[FILE] todo.txt\n[FILE] inbox.txt"
+    assert entries(listing) == ["notes", "todo.txt", "inbox.txt"]
+    assert entries("[DIR] notes") == ["notes"]  # one tagged line is a listing
+    assert entries("Successfully wrote to a.txt") == []  # an acknowledgement is not
+    assert entries("size: 4096\nisFile: false") == []  # fields of one thing are not a list
+    assert harvest(listing)[:3] == ["notes", "todo.txt", "inbox.txt"]
+    tree = json.dumps([{"name": "notes", "type": "directory", "children": [{"name": "todo.txt", "type": "file"}]}])
+    assert "notes/todo.txt" in harvest(tree)
+    assert children("notes", "todo.txt") == "notes/todo.txt"
+    assert children(".", "notes") == "notes"
+    assert children("notes", "a b") is None
+    assert sandbox_relative("wrote /tmp/box-1/notes/a.txt in /tmp/box-1", ["/tmp/box-1"]) == \
+        "wrote notes/a.txt in {rollout_dir}"
+
+
+TOOL = {"type": "function", "function": {
+    "name": "convert_time", "description": "Convert time between timezones. Uses IANA names.",
+    "parameters": {"type": "object", "properties": {
+        "source_timezone": {"type": "string", "description": "Source IANA timezone name (e.g., 'America/New_York')."},
+        "time": {"type": "string", "description": "Time to convert in 24-hour format (HH:MM)"},
+        "say \"hi\"": {"type": "string"}, "n": {"type": "number"}, "flag": {"type": "boolean"}},
+        "required": ["source_timezone", "time"]}}}
+
+
+def test_every_prompt_style_states_each_value_as_the_call_writes_it() -> None:
+    args = {"source_timezone": "Asia/Tokyo", "time": "09:30", "say \"hi\"": 'a "quoted" word', "n": 2.5, "flag": True}
+    for style in range(5):
+        p = T.call_prompt(TOOL, args, random.Random(style), style=style)
+        for v in args.values():
+            assert json.dumps(v, ensure_ascii=False) in p, (style, p)
+    chain = T.chain_prompt([(TOOL, {"time": "01:00"}, {}), (TOOL, {"time": "x"}, {"time": T.ref_phrase(0, 3)})],
+                           random.Random(0))
+    assert chain.startswith("First, ") and "the first entry of that result" in chain and '"x"' not in chain
+    assert T.imperative("Returns the sum of two numbers") == "return the sum of two numbers"
+    assert T.imperative("Searches files") == "search files"
+    assert T.first_clause("Source IANA timezone name (e.g., 'America/New_York').") == "Source IANA timezone name"
+
+
+def _task(i: int, calls: list, answer: str | None = None) -> dict:  # type: ignore[type-arg]
+    return {"id": f"t{i}", "prompt": " ".join(json.dumps(v[0]) for c in calls for v in c["arguments"].values()),
+            "expected_calls": calls, "answer": answer, "kind": "+".join(c["name"] for c in calls) or "none"}
+
+
+def test_split_holds_values_out_and_the_check_catches_a_leak() -> None:
+    schemas = {"f": {"type": "object", "properties": {"s": {"type": "string"}, "m": {"type": "string", "enum": ["x"]}}},
+               "g": {"type": "object", "properties": {"n": {"type": "number"}}}}
+    tasks = [_task(i, [{"name": "f", "arguments": {"s": [f"v{i % 50}"], "m": ["x"]}}]) for i in range(300)]
+    tasks += [_task(300 + i, [{"name": "g", "arguments": {"n": [i % 40]}}]) for i in range(200)]
+    held, combos = assign_split(tasks, schemas, 0.25, 0.05, seed=0)
+    train = [t for t in tasks if t["split"] == "train"]
+    heldout = [t for t in tasks if t["split"] == "heldout"]
+    assert train and heldout and "s:x" not in held  # enum values are never held out
+    train_values = {v for t in train for v in task_values(t, schemas)}
+    assert not train_values & {v for t in heldout for v in task_values(t, schemas) if v in held}
+    check_split(train, heldout, held, combos, schemas)
+    leaked = dict(heldout[0], id="leak")
+    with pytest.raises(AssertionError, match="held-out value"):
+        check_split([*train, leaked], heldout, held, combos, schemas)
+    assert free_values({"s": "a", "m": "x", "l": [1, True]}, {"properties": {"m": {"enum": ["x"]}}}) == ["a", 1]
+
+
+def test_answers_name_the_field_that_varies() -> None:
+    atts = []
+    for i in range(6):
+        res = json.dumps({"source": {"tz": "UTC", "time": f"0{i}:00"}, "target": {"time": f"1{i}:30"}, "dst": False})
+        atts.append(Attempt(i, steps=[("conv", {"time": f"0{i}:00"}, res)]))
+    fields = answer_fields(atts)
+    assert fields == {"conv": ("target", "time")}  # source.time echoes the argument, dst is a flag
+    assert pick_answer(atts[2].steps[0][2], fields["conv"], 160) == ("12:30", "target time")
+    assert pick_answer("line one\n" + "x" * 300, None, 160) == ("line one", None)
+    assert pick_answer("y" * 300, None, 160) == (None, None)
+
+
+def test_correct_reads_the_answer_from_this_rollouts_result() -> None:
+    task = {"expected_calls": [{"name": "conv", "arguments": {"t": ["01:00"]}}], "answer": "2026-01-01T10:00",
+            "answer_field": ["target", "datetime"]}
+    call = SimpleNamespace(name="conv", arguments={"t": "01:00"}, exec_ok=True,
+                           result=json.dumps({"target": {"datetime": "2026-01-02T10:00"}}))
+    said = [{"role": "assistant", "content": "<answer>2026-01-02T10:00</answer>"}]
+    assert correct(task, said, [call]) == 1.0  # the live result, not yesterday's stored answer
+    wrong = SimpleNamespace(name="conv", arguments={"t": "02:00"}, exec_ok=True, result=call.result)
+    assert correct(task, said, [wrong]) == 0.0
+    none = {"expected_calls": [], "answer": "apple river"}
+    assert correct(none, [{"role": "assistant", "content": "<answer>apple river</answer>"}], []) == 1.0
+    unanswered = {"expected_calls": task["expected_calls"], "answer": None}
+    assert correct(unanswered, [], [call]) == 1.0 and correct(unanswered, [], [wrong]) == 0.0
+
+
+def test_derived_config_keeps_paths_working_from_another_folder(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parents[1] / "examples" / "own_server" / "env.toml"
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"prompt": "x", "expected_calls": []}) + "\n")
+    dest = derive_config(src, tmp_path / "sub" / "env.json", tasks, [{"type": "call_match", "weight": 1.0}])
+    cfg = json.loads(dest.read_text())
+    assert Path(cfg["server"]["command"][0]).is_absolute()
+    assert cfg["server"]["command"][0].endswith("mcp-server-filesystem")
+    assert Path(cfg["server"]["fixtures"][0]["src"]).is_dir()
+    assert cfg["tasks"]["path"] == str(tasks.resolve()) and cfg["rewards"] == [{"type": "call_match", "weight": 1.0}]
+
+
+def test_trivial_players_score_what_they_should() -> None:
+    call = {"name": "f", "arguments": {"s": ["a"]}}
+    train = [_task(i, [call]) for i in range(5)] + [_task(9, [])]
+    held = [_task(10, [call]), _task(11, [{"name": "f", "arguments": {"s": ["b"]}}]), _task(12, [])]
+    b = trivial_baselines(train, held)
+    assert b["majority call"]["call_match"] == 0.5 and b["abstain"]["abstain_ok"] == 1.0
+    assert b["_n"] == {"tool_tasks": 2, "none_tasks": 1}

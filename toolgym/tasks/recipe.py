@@ -1,0 +1,339 @@
+"""From a server to a trained tool caller in one command: `toolgym tasks train ENV_CONFIG -o runs/mine`.
+
+Phases, each skipped when its output exists (re-run a phase by deleting it):
+
+1. `generate`: verified tasks and a held-out split (`toolgym.tasks.generate`) -> `tasks.jsonl`, `tasks.heldout.jsonl`;
+2. `env`: the user's env config with those tasks and the generated tasks' rewards (`correct`, from
+   `toolgym.tasks.rewards`, weight 1; `call_match`, weight 0.5), relative paths made absolute -> `env.json`;
+3. `synth`: teacher data -- the answer key replays each task's expected calls through the live server and answers
+   with what the result says (the `correct` reward's rule) -> `teacher.jsonl`;
+4. `sft`: fine-tuning from the base (default: the tool-calling base shipped in `toolgym.models`) -> `sft/final`;
+5. `grpo`: GRPO from the SFT model on the training tasks, held-out evals along the way -> `grpo/final`;
+6. `eval`: the base, SFT and GRPO models on the held-out tasks (greedy) -> `eval/<phase>/`, and the report:
+   `report.json`, `report.md` (rates with 95 % Wilson intervals, beside what trivial players score) and
+   `heldout.png`, `grpo_curves.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PHASES = ("generate", "env", "synth", "sft", "grpo", "eval")
+GENERATED_REWARDS = [
+    {"name": "correct", "type": "python", "function": "toolgym.tasks.rewards:correct", "weight": 1.0},
+    {"type": "call_match", "weight": 0.5},
+]
+
+
+def default_base() -> Path:
+    """The tool-calling base shipped with toolgym (`toolgym/models/toolcall_base`)."""
+    return Path(__file__).resolve().parent.parent / "models" / "toolcall_base"
+
+
+@dataclass
+class RecipeOptions:
+    """The recipe's knobs (defaults sized for a 2-core CPU; see docs/train-your-server.md)."""
+
+    env: Path
+    out: Path
+    base: str = ""
+    n_train: int = 2000
+    n_heldout: int = 200
+    seed: int = 0
+    gen: dict[str, Any] = field(default_factory=dict)          # more GenOptions fields
+    sft: dict[str, Any] = field(default_factory=dict)          # SFTConfig overrides
+    grpo: dict[str, Any] = field(default_factory=dict)         # GRPOConfig overrides
+    phases: tuple[str, ...] = PHASES
+    eval_models: tuple[str, ...] = ("base", "sft", "grpo")
+    concurrency: int = 8
+    num_threads: int | None = None
+
+
+def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
+    """Write `dest` (JSON): the env config `src` with `[tasks] path` set to `tasks`, its rewards replaced by
+    `rewards` (when given), and every path that was relative to `src`'s folder made absolute (a server command given
+    as a path, `cwd`, fixtures), so the copy works from anywhere."""
+    raw = tomllib.loads(src.read_text()) if src.suffix == ".toml" else json.loads(src.read_text())
+    base = src.resolve().parent
+
+    def fix(server: dict[str, Any]) -> None:
+        cmd = server.get("command")
+        if cmd and os.sep in cmd[0] and not Path(cmd[0]).is_absolute() and (base / cmd[0]).exists():
+            server["command"] = [os.path.normpath(base / cmd[0]), *cmd[1:]]
+        if server.get("command"):
+            server["cwd"] = str(base / server["cwd"]) if server.get("cwd") else str(base)
+        fixtures = []
+        for fx in server.get("fixtures") or []:
+            item = dict(fx) if isinstance(fx, dict) else {"src": fx}
+            if not Path(item["src"]).is_absolute():
+                item["src"] = str(base / item["src"])
+            fixtures.append(item if isinstance(fx, dict) else item["src"])
+        if fixtures:
+            server["fixtures"] = fixtures
+
+    for s in [raw.get("server")] + list(raw.get("servers") or []):
+        if isinstance(s, dict):
+            fix(s)
+    raw["tasks"] = {"path": str(tasks.resolve())}
+    if rewards is not None:
+        raw["rewards"] = rewards
+    for r in raw.get("rewards") or []:  # a python reward module beside the original config keeps being found
+        if r.get("type") == "python" and r.get("function", "").split(":")[0] and (base / (r["function"].split(":")[0] + ".py")).exists():
+            raise ValueError(f"{src}: reward {r.get('name') or r['function']} lives beside the config; "
+                             "derive_config cannot move it (pass rewards=)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(raw, indent=2))
+    return dest
+
+
+def teacher_policy(name: str = "scripted:generated-teacher") -> Any:
+    """The answer key of generated tasks: replays the expected calls (one per turn), then answers with what the last
+    result says (`pick_answer` with the task's `answer_field`: the `correct` reward's rule), or with the task's
+    answer when no call is expected."""
+    from toolgym.policies.scripted import ScriptedPolicy
+    from toolgym.tasks.generate import ANSWER_MAX_CHARS, pick_answer
+    from toolgym.types import AssistantTurn, ToolCall
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        task = memory["task"]
+        expected = task.get("expected_calls") or []
+        i = memory.setdefault("next", 0)
+        if i < len(expected):
+            memory["next"] = i + 1
+            args = {k: (v[0] if isinstance(v, list) else v) for k, v in expected[i]["arguments"].items()}
+            return AssistantTurn(content="", tool_calls=[ToolCall(name=expected[i]["name"], arguments=args, id=f"t{i}")])
+        answer = task.get("answer")
+        if expected:
+            last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), "")
+            live, _ = pick_answer(last, tuple(task.get("answer_field") or ()) or None, ANSWER_MAX_CHARS)
+            answer = live if live is not None else answer
+        return AssistantTurn(content=f"<answer>{'' if answer is None else answer}</answer>")
+
+    return ScriptedPolicy(act, name)
+
+
+def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """What players that do not read the request score on the held-out tasks (no rollouts needed): `abstain` (never
+    calls), `majority call` (always the training split's most frequent exact call sequence) and `answer key`."""
+    from collections import Counter
+
+    def key(t: dict[str, Any]) -> str:
+        return json.dumps(t["expected_calls"], sort_keys=True)
+
+    tool_tasks = [t for t in heldout if t["expected_calls"]]
+    none_tasks = [t for t in heldout if not t["expected_calls"]]
+    common = Counter(key(t) for t in train if t["expected_calls"]).most_common(1)
+    majority = sum(key(t) == common[0][0] for t in tool_tasks) / max(1, len(tool_tasks)) if common else 0.0
+    return {
+        "abstain": {"call_match": 0.0, "abstain_ok": 1.0},
+        "majority call": {"call_match": majority, "abstain_ok": 0.0},
+        "answer key": {"call_match": 1.0, "abstain_ok": 1.0},
+        "_n": {"tool_tasks": len(tool_tasks), "none_tasks": len(none_tasks)},
+    }
+
+
+def rates(trajs: list[Any]) -> dict[str, dict[str, float]]:
+    """Held-out rates with 95 % Wilson intervals: `call_match` over tool tasks, `abstain_ok` over no-tool tasks,
+    `correct` over all, and `call_match` over the tool tasks with a string argument (`string_call_match`)."""
+    from toolgym.stats import wilson
+
+    def rate(xs: list[bool]) -> dict[str, float]:
+        lo, hi = wilson(sum(xs), len(xs)) if xs else (float("nan"), float("nan"))
+        return {"rate": sum(xs) / len(xs) if xs else float("nan"), "n": len(xs), "lo": lo, "hi": hi}
+
+    ok = [t for t in trajs if t.error is None]
+    tool = [t for t in ok if t.task.get("expected_calls")]
+    stringy = [t for t in tool if any(isinstance(v[0], str) for c in t.task["expected_calls"]
+                                      for v in c["arguments"].values())]
+    return {
+        "call_match": rate([t.metrics.get("call_match", 0.0) == 1.0 for t in tool]),
+        "string_call_match": rate([t.metrics.get("call_match", 0.0) == 1.0 for t in stringy]),
+        "abstain_ok": rate([t.metrics.get("abstain_ok", 0.0) == 1.0 for t in ok if not t.task.get("expected_calls")]),
+        "correct": rate([t.rewards.get("correct", 0.0) == 1.0 for t in ok]),
+        "errors": {"rate": float(len(trajs) - len(ok)), "n": len(trajs), "lo": 0.0, "hi": 0.0},
+    }
+
+
+def _fmt(r: dict[str, float]) -> str:
+    if r["n"] == 0:
+        return "-"
+    return f"{100 * r['rate']:.1f} % [{100 * r['lo']:.1f}-{100 * r['hi']:.1f}] (n={r['n']})"
+
+
+def write_report(out: Path, results: dict[str, dict[str, Any]], baselines: dict[str, dict[str, float]],
+                 timings: dict[str, float]) -> str:
+    """`report.md` + `report.json` + `heldout.png` from the per-model held-out rates."""
+    (out / "report.json").write_text(json.dumps({"heldout": results, "trivial": baselines, "wall_s": timings},
+                                                indent=2))
+    lines = ["| held-out | " + " | ".join(results) + " | abstain / majority call (trivial) |",
+             "| --- |" + " ---: |" * (len(results) + 1)]
+    for metric in ("call_match", "string_call_match", "correct", "abstain_ok"):
+        triv = f"{100 * baselines['abstain'].get(metric, 0):.0f} / {100 * baselines['majority call'].get(metric, 0):.0f} %" \
+            if metric in ("call_match", "abstain_ok") else ""
+        lines.append(f"| {metric} | " + " | ".join(_fmt(r[metric]) for r in results.values()) + f" | {triv} |")
+    lines += ["", "| phase | wall |", "| --- | ---: |"] + [f"| {k} | {v / 60:.1f} min |" for k, v in timings.items()]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    _plot(out / "heldout.png", results)
+    return text
+
+
+def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ("call_match", "string_call_match", "correct", "abstain_ok")
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 0.8 / max(1, len(results))
+    for i, (label, r) in enumerate(results.items()):
+        vals = [100 * (r[m]["rate"] if r[m]["n"] else 0.0) for m in metrics]
+        err = [[max(0.0, 100 * (r[m]["rate"] - r[m]["lo"])) if r[m]["n"] else 0 for m in metrics],
+               [max(0.0, 100 * (r[m]["hi"] - r[m]["rate"])) if r[m]["n"] else 0 for m in metrics]]
+        ax.bar([k + i * width for k in range(len(metrics))], vals, width, yerr=err, capsize=3, label=label)
+    ax.set_xticks([k + width * (len(results) - 1) / 2 for k in range(len(metrics))], metrics)
+    ax.set_ylabel("held-out %")
+    ax.set_ylim(0, 105)
+    ax.axhline(90, color="grey", linestyle=":", linewidth=1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
+               progress: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the phases (see the module docstring); returns the report dict."""
+    import asyncio
+
+    from toolgym.registry import load_env
+    from toolgym.tasks.generate import GenOptions, generate
+
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    tasks, heldout = out / "tasks.jsonl", out / "tasks.heldout.jsonl"
+    env_cfg, teacher = out / "env.json", out / "teacher.jsonl"
+    base = opts.base or str(default_base())
+    timings_path = out / "timings.json"
+    timings: dict[str, float] = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.time()
+        res = fn()
+        timings[name] = round(time.time() - t0, 1)
+        timings_path.write_text(json.dumps(timings, indent=2))
+        return res
+
+    def tick(phase: str) -> Callable[[dict[str, Any]], None]:
+        return (lambda r: progress(phase, r)) if progress else (lambda r: None)
+
+    if "generate" in opts.phases and not heldout.exists():
+        env = load_env(str(opts.env))
+        gopts = GenOptions(n_train=opts.n_train, n_heldout=opts.n_heldout, seed=opts.seed,
+                           concurrency=opts.concurrency, **opts.gen)
+
+        async def gen() -> dict[str, Any]:
+            try:
+                return await generate(env, gopts, tick("generate"))
+            finally:
+                await env.aclose()
+
+        res = timed("generate", lambda: asyncio.run(gen()))
+        for path, rows in ((tasks, res["train"]), (heldout, res["heldout"])):
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        (out / "tasks.summary.json").write_text(json.dumps(res["summary"], indent=2, ensure_ascii=False))
+        log(f"generate: {len(res['train'])} training + {len(res['heldout'])} held-out tasks "
+            f"({res['summary']['attempts']} attempts) -> {tasks}")
+    if "env" in opts.phases or not env_cfg.exists():
+        derive_config(opts.env, env_cfg, tasks, GENERATED_REWARDS)
+    if "synth" in opts.phases and not teacher.exists():
+        from toolgym.train.synth import synth
+
+        env = load_env(str(env_cfg))
+        rows = env.build_dataset()
+
+        async def play() -> dict[str, Any]:
+            try:
+                return await synth(env, teacher_policy(), rows, teacher, min_reward=1.5, concurrency=opts.concurrency,
+                                   on_done=lambda t: tick("synth")({"done": 1, "total": len(rows)}),
+                                   run_info={"env": str(env_cfg), "teacher": "generated-teacher"})
+            finally:
+                await env.aclose()
+
+        res = timed("synth", lambda: asyncio.run(play()))
+        log(f"synth: kept {res['kept']} of {res['played']} teacher rollouts -> {teacher}")
+    sft_final = out / "sft" / "final"
+    if "sft" in opts.phases and not sft_final.exists():
+        from toolgym.train.config import SFTConfig
+        from toolgym.train.sft import run_sft
+
+        cfg = SFTConfig.model_validate({
+            "model": base, "output_dir": out / "sft", "data": [teacher], "epochs": 2.0, "batch_size": 16,
+            "micro_batch_size": 8, "learning_rate": 1e-3, "lr_schedule": "cosine", "warmup_steps": 10,
+            "save_every": 100, "keep_checkpoints": 2, "seed": opts.seed, "num_threads": opts.num_threads, **opts.sft})
+        res = timed("sft", lambda: run_sft(cfg, resume=(out / "sft" / "checkpoints").exists(), on_step=tick("sft")))
+        log(f"sft: {res['total_steps']} steps on {res['rows']} rows, loss {res.get('loss', float('nan')):.4f} -> {sft_final}")
+    grpo_final = out / "grpo" / "final"
+    if "grpo" in opts.phases and not grpo_final.exists():
+        from toolgym.train.config import GRPOConfig
+        from toolgym.train.grpo import run_grpo
+
+        n_tasks = sum(1 for line in tasks.open() if line.strip())
+        cfg = GRPOConfig.model_validate({
+            "model": str(sft_final), "output_dir": out / "grpo", "env": str(env_cfg), "num_examples": n_tasks,
+            "max_steps": 40, "batch_size": 8, "rollouts_per_example": 8, "loss_type": "cispo", "kl_coef": 0.05,
+            "learning_rate": 1e-4, "warmup_steps": 5, "temperature": 1.0, "max_tokens": 160, "micro_batch_size": 16,
+            "concurrency": 64, "skip_constant_groups": True, "eval_every": 20, "eval_examples": min(120, opts.n_heldout),
+            "eval_env_args": {"tasks": str(heldout)}, "save_every": 20, "keep_checkpoints": 2, "seed": opts.seed,
+            "num_threads": opts.num_threads, **opts.grpo})
+        timed("grpo", lambda: run_grpo(cfg, resume=(out / "grpo" / "checkpoints").exists(), on_step=tick("grpo")))
+        from toolgym.train.plot import plot_runs
+
+        plot_runs([out / "grpo"], out / "grpo_curves.png")
+        log(f"grpo: -> {grpo_final}")
+    report: dict[str, Any] = {}
+    if "eval" in opts.phases:
+        from toolgym.eval import evaluate
+        from toolgym.policies import load_policy
+
+        models = {"base": base, "sft": str(sft_final), "grpo": str(grpo_final)}
+        results: dict[str, dict[str, Any]] = {}
+        for label in opts.eval_models:
+            path = models[label]
+            if not Path(path).is_dir():
+                continue
+            env = load_env(str(env_cfg), tasks=str(heldout))
+            rows = env.build_dataset()
+            policy = load_policy(f"hf:{path}", env, temperature=0.0, max_tokens=160, seed=opts.seed)
+            dest = out / "eval" / label
+
+            async def ev() -> Any:
+                try:
+                    return await evaluate(env, policy, rows, concurrency=opts.concurrency, out_dir=dest,
+                                          resume=(dest / "results.jsonl").exists(),
+                                          run_info={"env": str(env_cfg), "model": path})
+                finally:
+                    await env.aclose()
+                    await policy.aclose()
+
+            trajs, _ = timed(f"eval {label}", lambda: asyncio.run(ev()))
+            results[label] = rates(trajs)
+        train_rows = [json.loads(x) for x in tasks.open() if x.strip()]
+        held_rows = [json.loads(x) for x in heldout.open() if x.strip()]
+        baselines = trivial_baselines(train_rows, held_rows)
+        text = write_report(out, results, baselines, timings)
+        log(text)
+        report = {"heldout": results, "trivial": baselines, "wall_s": timings}
+    return report
+
+
+__all__ = ["GENERATED_REWARDS", "PHASES", "RecipeOptions", "default_base", "derive_config", "rates", "run_recipe",
+           "teacher_policy", "trivial_baselines", "write_report"]
