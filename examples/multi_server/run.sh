@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The multi-server walkthrough end to end on CPU: teacher data -> tiny model -> SFT -> GRPO -> held-out evaluation.
 #   examples/multi_server/run.sh [synth|init|sft|grpo|eval|all]   (default: all; run from the repository root)
+#   examples/multi_server/run.sh [synth|base-sft|base-grpo|base-eval|base]   the same from the tool-calling base
+#     (toolgym/models/toolcall_base: pre-trained to copy values into calls; no init step, it keeps its tokenizer)
 # Measured (docs/envs/multi-server.md): synth 20 s, SFT ~19 min, GRPO ~8 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +25,21 @@ if [[ $step == sft || $step == all ]]; then
 fi
 if [[ $step == grpo || $step == all ]]; then
   $TG train examples/multi_server/grpo.toml
+fi
+if [[ $step == base-sft || $step == base ]]; then
+  $TG sft examples/multi_server/base_sft.toml
+fi
+if [[ $step == base-grpo || $step == base ]]; then
+  $TG train examples/multi_server/base_grpo.toml
+fi
+if [[ $step == base-eval || $step == base ]]; then   # the base, base-SFT and base-GRPO on the held-out split
+  for m in toolgym/models/toolcall_base runs/multi_server/base-sft/final runs/multi_server/base-grpo/final; do
+    name=$(basename "$(dirname "$m")")-$(basename "$m"); rm -rf "$R/eval-$name"
+    $TG eval $ENV -a tasks=heldout.jsonl -n 0 -c 8 -m hf:$m -t 0 --max-tokens 160 -o "$R/eval-$name"
+  done
+  $PY examples/multi_server/plot_results.py $R/eval-models-toolcall_base $R/eval-base-sft-final $R/eval-base-grpo-final \
+    --labels base base-SFT base-GRPO -o examples/multi_server/base_heldout.png
+  $TG plot $R/base-grpo -o examples/multi_server/base_grpo_curves.png
 fi
 if [[ $step == eval || $step == all ]]; then    # untrained vs SFT vs GRPO on the held-out split (greedy), per task kind
   for m in tiny sft/final grpo/final; do

@@ -243,17 +243,20 @@ def _request(rng: random.Random, vocab: Vocabulary, tools: list[dict[str, Any]],
         {"role": "assistant", "content": f"<answer>{answer}</answer>"}]
 
 
-def conversation(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 1) -> dict[str, Any]:
+def conversation(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 1,
+                 tools: list[dict[str, Any]] | None = None, system: str | None = None) -> dict[str, Any]:
     """A random tool-use conversation (a chat-with-tools row, `{"messages", "tools", "kinds"}`): 1-4 random tools,
     then `requests` user requests in turn, each of kind `call` (one call, then an answer copied from its result),
     `chain` (two calls), `chain_ref` (two calls, the second value "the first entry of that result") or `none` (no
     tool: answer directly). Several requests share one tool list, which pre-training uses to spend less compute on
-    the schemas (a request sees the earlier ones, and must act on its own)."""
+    the schemas (a request sees the earlier ones, and must act on its own). `tools`/`system`: given ones instead of
+    random ones (`scene`)."""
     vocab = vocab or Vocabulary(novel=0.6)
-    taken: set[str] = set()
-    tools = [random_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3, 3]))]
+    if tools is None:
+        taken: set[str] = set()
+        tools = [random_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3, 3]))]
     sampler = ArgSampler(rng, Pools(), vocab, optional_prob=0.4, server_prob=0.0, example_prob=0.2)
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
     kinds = []
     for _ in range(requests):
         kind, part = _request(rng, vocab, tools, sampler, sum(1 for m in msgs if m.get("tool_calls")))
@@ -266,12 +269,13 @@ COPY_TEMPLATES = ("Repeat {v} back to me.", "Say {v}.", "Reply with exactly {v}.
                   "Copy this: {v}", "What did I write? {v}", "Answer with {v} and nothing else.")
 
 
-def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 8) -> dict[str, Any]:
+def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 8,
+               system: str | None = None) -> dict[str, Any]:
     """A conversation without tools of `requests` copy requests: a value of any shape (words, invented names, ids,
     paths, numbers, e-mail addresses, times) quoted in the request and answered exactly. Short and dense in copied
     tokens: the cheapest way to make a tiny model copy before it learns where values go in a call."""
     vocab = vocab or Vocabulary(novel=0.6)
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
     for _ in range(requests):
         v = rng.choice([vocab.phrase(rng, 1, 5), vocab.name(rng), vocab.ident(rng), vocab.path(rng), vocab.email(rng),
                         vocab.time(rng), vocab.date(rng), str(rng.randint(0, 10**rng.randint(1, 6))), vocab.url(rng)])
@@ -279,6 +283,20 @@ def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: in
         prompt = rng.choice(COPY_TEMPLATES + NO_TOOL_TEMPLATES).format(v=quoted)
         msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": f"<answer>{v}</answer>"}]
     return {"messages": msgs, "tools": [], "kinds": ["copy"] * requests}
+
+
+def scene(rng: random.Random, vocab: Vocabulary, rows: int, drill_share: float = 0.3,
+          requests: tuple[int, int] = (1, 3)) -> list[dict[str, Any]]:
+    """`rows` conversations that share their system prompt and tools (random ones) and differ in their requests:
+    what one micro-batch of pre-training holds. A batch whose rows start alike computes that prefix (the tool
+    schemas) once (`toolgym.train.loss.masked_logprobs`), so requests cost little more than their own tokens -- as
+    in fine-tuning on one env, where every row has the same tools. A `drill_share` of scenes are copy drills."""
+    system = rng.choice(SYSTEM_PROMPTS)
+    if rng.random() < drill_share:
+        return [copy_drill(rng, vocab, rng.randint(2, 6), system) for _ in range(rows)]
+    taken: set[str] = set()
+    tools = [random_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3, 3, 4]))]
+    return [conversation(rng, vocab, rng.randint(*requests), tools, system) for _ in range(rows)]
 
 
 def toolcall_corpus(rng: random.Random, n: int = 3000) -> Iterator[str]:
@@ -327,11 +345,12 @@ def write_corpus(path: Path, n: int, seed: int, requests: tuple[int, int] = (2, 
 
 
 def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, minutes: float | None = None,
-             batch_size: int = 8, micro_batch_size: int = 8, learning_rate: float = 3e-3, warmup_steps: int = 20,
+             batch_size: int = 32, micro_batch_size: int = 16, learning_rate: float = 3e-3, warmup_steps: int = 20,
              seed: int = 0, num_threads: int | None = None, drill_share: float = 0.3,
-             requests: tuple[int, int] = (2, 6), on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Pre-train the model in `init_dir` on an endless stream of fresh random conversations (`write_corpus`'s mix:
-    no conversation is seen twice, so nothing can be memorised) and save it to `out`. Stops after `steps` optimizer
+             requests: tuple[int, int] = (1, 3), on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Pre-train the model in `init_dir` on an endless stream of fresh random conversations, one `scene` (rows with
+    the same random tools) per micro-batch -- no conversation is seen twice, so nothing can be memorised -- and save
+    it to `out`. Stops after `steps` optimizer
     steps (reproducible) or `minutes` of wall time (the cosine schedule then runs on the elapsed share of it).
     Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft` trains on). Writes
     `out/metrics.jsonl` (one line per step)."""
@@ -370,13 +389,13 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
             lr = learning_rate * min(1.0, (step + 1) / warmup_steps) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            rows = [copy_drill(rng, vocab, rng.randint(6, 12)) if rng.random() < drill_share
-                    else conversation(rng, vocab, rng.randint(*requests)) for _ in range(batch_size)]
-            traces = sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None) for r in rows), key=len)
-            n_tok = sum(sum(t.mask) for t in traces)
+            groups = [sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None)
+                              for r in scene(rng, vocab, micro_batch_size, drill_share, requests)), key=len)
+                      for _ in range(max(1, batch_size // micro_batch_size))]
+            n_tok = sum(sum(t.mask) for g in groups for t in g)
             loss_sum = 0.0
-            for j in range(0, len(traces), micro_batch_size):
-                b = pad_batch(traces[j : j + micro_batch_size], pad, 4096)
+            for traces in groups:
+                b = pad_batch(traces, pad, 4096)
                 lp = masked_logprobs(model, b["ids"], b["attn"], b["mask"])[:, 1:]
                 loss = -(lp * b["mask"][:, 1:]).sum() / max(n_tok, 1)
                 loss.backward()
@@ -400,7 +419,7 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
 
 
 def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None = None, minutes: float | None = 25.0,
-                        batch_size: int = 8, learning_rate: float = 3e-3, seed: int = 0, num_threads: int | None = 1,
+                        batch_size: int = 32, learning_rate: float = 3e-3, seed: int = 0, num_threads: int | None = 1,
                         eval_n: int = 200, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Build the tool-calling base in `out` (see the module docstring): tokenizer + random `size` model, `pretrain`
     for `steps` or `minutes`, then `eval_toolcall` on `eval_n` fresh conversations; `toolgym_tiny.json` records the
@@ -531,5 +550,5 @@ def corpus_strings(path: Path) -> set[str]:
     return out
 
 
-__all__ = ["COPY_TEMPLATES", "build_toolcall_base", "copy_drill", "pretrain", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
+__all__ = ["COPY_TEMPLATES", "build_toolcall_base", "copy_drill", "pretrain", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
            "random_tool", "toolcall_corpus", "write_corpus"]

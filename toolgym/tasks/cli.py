@@ -124,5 +124,63 @@ def generate_cmd(
                       f"(errors in the summary; --hint PARAM=VALUE gives the sampler values to try)")
 
 
+@app.command("train")
+def train_cmd(
+    env_config: Path = typer.Argument(..., help="Env config (.toml/.json) of your server: [server] or [[servers]], sandboxes, setup."),
+    out: Path = typer.Option(..., "-o", "--out", help="Run folder (each phase's output; a phase whose output exists is skipped)."),
+    num: int = typer.Option(2000, "-n", "--num", help="Training tasks to generate."),
+    heldout: int = typer.Option(200, "--heldout", help="Held-out tasks to generate."),
+    base: str | None = typer.Option(None, "--base", help="Starting model (default: the tool-calling base shipped with toolgym)."),
+    phase: list[str] = typer.Option([], "--phase", help="Run only these phases (repeatable): generate, env, synth, sft, "
+                                    "grpo, eval."),
+    sft_set: list[str] = typer.Option([], "--sft", help="SFT config override key=value (repeatable), e.g. epochs=3."),
+    grpo_set: list[str] = typer.Option([], "--grpo", help="GRPO config override key=value (repeatable), e.g. max_steps=60."),
+    gen_set: list[str] = typer.Option([], "--gen", help="Generation option key=value (repeatable), e.g. chain_share=0.3."),
+    seed: int = typer.Option(0, "--seed"),
+    concurrency: int = typer.Option(8, "-c", "--concurrency", min=1),
+    num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads for SFT and GRPO."),
+) -> None:
+    """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
+    tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png)."""
+    from toolgym.tasks.generate import GenerationError
+    from toolgym.tasks.recipe import PHASES, RecipeOptions, run_recipe
+
+    bad = sorted(set(phase) - set(PHASES))
+    if bad:
+        _fail(f"--phase {', '.join(bad)}: phases are {', '.join(PHASES)}")
+    if not env_config.is_file():
+        _fail(f"env config {env_config} not found")
+
+    def kv(pairs: list[str], what: str) -> dict[str, Any]:
+        return {k: v[-1] for k, v in _pairs(pairs, what).items()}
+
+    opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
+                         gen=kv(gen_set, "--gen"), sft=kv(sft_set, "--sft"), grpo=kv(grpo_set, "--grpo"),
+                         phases=tuple(phase) or PHASES, concurrency=concurrency, num_threads=num_threads)
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), console=console)
+    bars: dict[str, Any] = {}
+
+    def progress(name: str, r: dict[str, Any]) -> None:
+        if name not in bars:
+            bars[name] = prog.add_task(name, total=None, info="")
+        bar = bars[name]
+        if name == "generate":
+            prog.update(bar, completed=r["kept"], total=r["target"], info=f"tried {r['tried']}")
+        elif name == "synth":
+            prog.update(bar, advance=1, total=r["total"])
+        elif name == "sft":
+            prog.update(bar, completed=r["step"], total=r["total"], info=f"loss {r['loss']:.4f}")
+        else:
+            prog.update(bar, completed=r["step"], info=f"reward {r.get('reward', float('nan')):.3f}")
+
+    try:
+        with prog:
+            run_recipe(opts, log=lambda m: console.print(m, markup=False), progress=progress)
+    except (ValueError, FileNotFoundError, FileExistsError, GenerationError) as exc:
+        _fail(str(exc))
+    console.print(f"report: {out / 'report.md'} (plots: {out / 'heldout.png'}, {out / 'grpo_curves.png'})")
+
+
 if __name__ == "__main__":
     app()

@@ -290,7 +290,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         cfg = GRPOConfig.model_validate({
             "model": str(sft_final), "output_dir": out / "grpo", "env": str(env_cfg), "num_examples": n_tasks,
             "max_steps": 40, "batch_size": 8, "rollouts_per_example": 8, "loss_type": "cispo", "kl_coef": 0.05,
-            "learning_rate": 1e-4, "warmup_steps": 5, "temperature": 1.0, "max_tokens": 160, "micro_batch_size": 16,
+            "learning_rate": 1e-4, "warmup_steps": min(5, int(opts.grpo.get("max_steps", 40))), "temperature": 1.0, "max_tokens": 160, "micro_batch_size": 16,
             "concurrency": 64, "skip_constant_groups": True, "eval_every": 20, "eval_examples": min(120, opts.n_heldout),
             "eval_env_args": {"tasks": str(heldout)}, "save_every": 20, "keep_checkpoints": 2, "seed": opts.seed,
             "num_threads": opts.num_threads, **opts.grpo})

@@ -1,0 +1,99 @@
+"""The tool-calling base (`toolgym.models.toolcall`): its tokenizer keeps a value's tokens the same after any
+punctuation (as transformers loads it: `Qwen2Tokenizer` with Qwen2's own split), its random conversations are
+valid (every call against its tool's schema, every stated value in the prompt, every answer in the result or the
+prompt), pre-training runs and saves a loadable model, and the shipped base (`toolgym/models/toolcall_base`) is
+what its card says. The few-minutes fine-tuning check is in `test_toolcall_copy.py` (slow)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from toolgym.accuracy import validate_args
+from toolgym.models.toolcall import WORD_SPLIT, conversation, copy_drill, pretrain, toolcall_corpus
+from toolgym.tasks.recipe import default_base
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import Qwen2Config
+
+    from toolgym.models.tiny import train_tokenizer
+
+    out = tmp_path_factory.mktemp("tok")
+    tok = train_tokenizer(list(toolcall_corpus(random.Random(0), 300)), 1024, WORD_SPLIT)
+    tok.save_pretrained(out)
+    Qwen2Config(vocab_size=len(tok), hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, intermediate_size=64).save_pretrained(out)
+    return out
+
+
+def test_a_value_has_the_same_tokens_after_any_punctuation(tok_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    assert type(tok).__name__ == "Qwen2Tokenizer"  # what transformers 5 loads for a qwen2 model
+
+    def pieces(text: str) -> list[str]:
+        return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+
+    for value in ("Nairobi", "kavuto-rest.md", "apple river", "Asia/Tokyo"):
+        after = {p: pieces(p + value)[1:] for p in ('"', "'", ">", "/", "(")}
+        assert len({tuple(v) for v in after.values()}) == 1, after  # `"x`, `>x`, `/x` ...: the same pieces of x
+    words = pieces(" river kettle")
+    assert words[0].startswith("Ġ") and len(words[0]) > 1  # a word after a space starts with one token `Ġ`+letter
+
+
+def test_random_conversations_are_valid_and_copyable() -> None:
+    rng = random.Random(1)
+    kinds = set()
+    for _ in range(300):
+        row = conversation(rng, requests=rng.randint(1, 4))
+        tools = {t["function"]["name"]: t["function"]["parameters"] for t in row["tools"]}
+        kinds.update(row["kinds"])
+        msgs = row["messages"]
+        for i, m in enumerate(msgs):
+            for c in m.get("tool_calls") or []:
+                fn = c["function"]
+                assert validate_args(tools[fn["name"]], fn["arguments"]) is None
+                prompt = next(x["content"] for x in reversed(msgs[:i]) if x["role"] == "user")
+                stated = [v for v in fn["arguments"].values() if json.dumps(v, ensure_ascii=False) in prompt]
+                assert stated or "entry of that result" in prompt or not fn["arguments"]
+            if m["role"] == "assistant" and m["content"].startswith("<answer>"):
+                answer = m["content"][len("<answer>"):-len("</answer>")]
+                source = next(x["content"] for x in reversed(msgs[:i]) if x["role"] in ("tool", "user"))
+                assert answer in source or json.dumps(answer, ensure_ascii=False) in source
+    assert kinds == {"call", "chain", "chain_ref", "none"}
+    drill = copy_drill(rng, requests=5)
+    assert drill["tools"] == [] and len(drill["messages"]) == 11
+
+
+def test_pretrain_runs_and_saves_a_loadable_model(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolgym.models.tiny import init_tiny
+
+    init = init_tiny(tmp_path / "init", size="tiny", split=WORD_SPLIT,
+                     corpus_sources=["chatml", lambda rng: toolcall_corpus(rng, 200)])
+    last = pretrain(init, tmp_path / "out", steps=2, batch_size=2, micro_batch_size=2)
+    assert last["step"] == 2 and last["loss"] > 0
+    lines = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+    AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    AutoTokenizer.from_pretrained(tmp_path / "out")
+    with pytest.raises(ValueError, match="exactly one"):
+        pretrain(init, tmp_path / "x", steps=1, minutes=1.0)
+
+
+@pytest.mark.skipif(not (default_base() / "config.json").exists(), reason="the tool-calling base is not built")
+def test_the_shipped_base_is_what_its_card_says() -> None:
+    info = json.loads((default_base() / "toolgym_tiny.json").read_text())
+    assert info["base"] == "toolcall" and info["build_s"] <= 30 * 60
+    assert (default_base() / "model.safetensors").stat().st_size < 8 * 2**20
+    for key in ("call_match", "abstain_ok", "answer_ok"):
+        assert 0.0 <= info["eval"][key]["lo"] <= info["eval"][key]["rate"] <= info["eval"][key]["hi"] <= 1.0
