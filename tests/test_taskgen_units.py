@@ -25,7 +25,7 @@ from toolgym.tasks.generate import (
     sandbox_relative,
     task_values,
 )
-from toolgym.tasks.recipe import derive_config, trivial_baselines
+from toolgym.train.recipe import derive_config, trivial_baselines
 from toolgym.tasks.rewards import correct
 from toolgym.tasks.sampling import ArgSampler, Pools, SchemaError, children, description_examples, entries, harvest
 

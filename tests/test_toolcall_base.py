@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from toolgym.accuracy import validate_args
-from toolgym.models.toolcall import WORD_SPLIT, conversation, copy_drill, pretrain, toolcall_corpus
-from toolgym.tasks.recipe import default_base
+from toolgym.models.toolcall import WORD_SPLIT, conversation, copy_drill, toolcall_corpus
+from toolgym.train.pretrain import pretrain
+from toolgym.train.recipe import default_base
 
 pytest.importorskip("transformers")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolgym.tasks.recipe import RecipeOptions, default_base, run_recipe
+from toolgym.train.recipe import RecipeOptions, default_base, run_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.skipif(not (default_base() / "config.json").exists(), reason="the base is not built")]

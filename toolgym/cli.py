@@ -333,8 +333,10 @@ def _mount_optional() -> None:
         pass
     try:
         from toolgym.train.cli import app as train_app
+        from toolgym.train.cli import tasks_train_cmd
 
         app.registered_commands.extend(train_app.registered_commands)
+        tasks_app.command("train")(tasks_train_cmd)
     except ImportError:
         pass
 

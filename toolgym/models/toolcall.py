@@ -1,6 +1,6 @@
 """The tiny tool-calling base: a tiny model pre-trained to call tools it has never seen, before any environment.
 
-`toolgym model init-tiny --base toolcall` (or `build_toolcall_base`) makes it in three steps, all offline:
+`toolgym pretrain` (`toolgym.train.pretrain.build_toolcall_base`) makes it in three steps, all offline:
 
 1. **a tokenizer that keeps a value's tokens the same wherever it is written**: a byte-level BPE whose merges never
    join a letter with the punctuation before it (a space may still lead a word). transformers loads any `qwen2`
@@ -15,11 +15,12 @@
    listings, JSON) and final answers that copy from them; two-call chains (some whose second value is "the first
    entry of that result"), and no-tool requests answered directly. A model trained on it must copy from the prompt
    into arguments, choose a tool by its description or name, and abstain, in general;
-3. **pre-training** on that corpus with `toolgym sft` (assistant-only loss, the same masks as every later fine-tuning),
-   then saving the result as a plain HF folder (with `toolgym_tiny.json` saying what it is).
+3. **pre-training** on an endless stream of those conversations (`toolgym pretrain`, `toolgym.train.pretrain`:
+   assistant-only loss, the masks of every later fine-tuning), saved as a plain HF folder with `toolgym_tiny.json`
+   saying what it is.
 
-`toolgym model eval-copy` measures what it learned on fresh random conversations (exact calls, abstention, answers;
-string values never seen in pre-training).
+`eval_toolcall` (`toolgym model eval-base`) measures a model on fresh random conversations: exact calls,
+abstention, answers.
 """
 
 from __future__ import annotations
@@ -344,114 +345,6 @@ def write_corpus(path: Path, n: int, seed: int, requests: tuple[int, int] = (2, 
     return kinds
 
 
-def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, minutes: float | None = None,
-             batch_size: int = 32, micro_batch_size: int = 16, learning_rate: float = 3e-3, warmup_steps: int = 20,
-             seed: int = 0, num_threads: int | None = None, drill_share: float = 0.3,
-             requests: tuple[int, int] = (1, 3), on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Pre-train the model in `init_dir` on an endless stream of fresh random conversations, one `scene` (rows with
-    the same random tools) per micro-batch -- no conversation is seen twice, so nothing can be memorised -- and save
-    it to `out`. Stops after `steps` optimizer
-    steps (reproducible) or `minutes` of wall time (the cosine schedule then runs on the elapsed share of it).
-    Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft` trains on). Writes
-    `out/metrics.jsonl` (one line per step)."""
-    import math
-    import time
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from toolgym.models.chat import ChatRenderer, tokenize_conversation
-    from toolgym.train.data import pad_batch
-    from toolgym.train.loss import masked_logprobs
-
-    if (steps is None) == (minutes is None):
-        raise ValueError("give exactly one of steps or minutes")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    tok = AutoTokenizer.from_pretrained(str(init_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(init_dir), dtype=torch.float32)
-    model.train()
-    renderer = ChatRenderer(tok)
-    rng = random.Random(f"toolcall-pretrain:{seed}")
-    vocab = Vocabulary(novel=0.6)
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    t0, step, tokens, last = time.time(), 0, 0, {}
-    log = (out / "metrics.jsonl").open("w")
-    try:
-        while True:
-            frac = step / steps if steps is not None else (time.time() - t0) / (60 * float(minutes or 0))
-            if frac >= 1.0:
-                break
-            lr = learning_rate * min(1.0, (step + 1) / warmup_steps) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
-            for g in opt.param_groups:
-                g["lr"] = lr
-            groups = [sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None)
-                              for r in scene(rng, vocab, micro_batch_size, drill_share, requests)), key=len)
-                      for _ in range(max(1, batch_size // micro_batch_size))]
-            n_tok = sum(sum(t.mask) for g in groups for t in g)
-            loss_sum = 0.0
-            for traces in groups:
-                b = pad_batch(traces, pad, 4096)
-                lp = masked_logprobs(model, b["ids"], b["attn"], b["mask"])[:, 1:]
-                loss = -(lp * b["mask"][:, 1:]).sum() / max(n_tok, 1)
-                loss.backward()
-                loss_sum += float(loss.detach())
-                tokens += int(b["attn"].sum())
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            last = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(gn), "tokens": tokens,
-                    "elapsed_s": round(time.time() - t0, 1), "frac": min(1.0, frac)}
-            log.write(json.dumps(last) + "\n")
-            log.flush()
-            if on_step:
-                on_step(last)
-    finally:
-        log.close()
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return last
-
-
-def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None = None, minutes: float | None = 25.0,
-                        batch_size: int = 32, learning_rate: float = 3e-3, seed: int = 0, num_threads: int | None = 1,
-                        eval_n: int = 200, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Build the tool-calling base in `out` (see the module docstring): tokenizer + random `size` model, `pretrain`
-    for `steps` or `minutes`, then `eval_toolcall` on `eval_n` fresh conversations; `toolgym_tiny.json` records the
-    recipe, its wall time and the evaluation."""
-    import shutil
-    import tempfile
-    import time
-
-    from toolgym.models.tiny import init_tiny
-
-    t0 = time.time()
-    out = Path(out)
-    with tempfile.TemporaryDirectory(prefix="toolcall-init-") as tmp:
-        init = init_tiny(Path(tmp) / "init", size=size, seed=seed, split=WORD_SPLIT,
-                         corpus_sources=["chatml", lambda rng: toolcall_corpus(rng, 3000)])
-        tiny = json.loads((init / "toolgym_tiny.json").read_text())
-        if out.exists():
-            shutil.rmtree(out)
-        last = pretrain(init, out, steps=steps, minutes=None if steps else minutes, batch_size=batch_size,
-                        learning_rate=learning_rate, seed=seed, num_threads=num_threads, on_step=on_step)
-    train_s = time.time() - t0
-    info: dict[str, Any] = {
-        "base": "toolcall", "size": size, "seed": seed, "vocab_size": tiny["vocab_size"], "params": tiny["params"],
-        "steps": last.get("step"), "tokens": last.get("tokens"), "final_loss": last.get("loss"),
-        "batch_size": batch_size, "learning_rate": learning_rate, "budget": {"steps": steps} if steps else
-        {"minutes": minutes}, "build_s": round(train_s, 1)}
-    if eval_n:
-        info["eval"] = eval_toolcall(out, n=eval_n)
-    (out / "toolgym_tiny.json").write_text(json.dumps(info, indent=2))
-    return info
-
-
 def _exact(value: Any, want: Any) -> bool:
     """Exact equality of argument values (JSON types; an int equals the same float)."""
     if isinstance(want, bool) or isinstance(value, bool):
@@ -550,5 +443,5 @@ def corpus_strings(path: Path) -> set[str]:
     return out
 
 
-__all__ = ["COPY_TEMPLATES", "build_toolcall_base", "copy_drill", "pretrain", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
+__all__ = ["COPY_TEMPLATES", "copy_drill", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
            "random_tool", "toolcall_corpus", "write_corpus"]

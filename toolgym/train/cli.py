@@ -1,4 +1,5 @@
-"""`toolgym synth | sft | train | plot` -- a typer sub-app; the main CLI registers these commands at top level."""
+"""`toolgym synth | sft | train | plot | pretrain` -- a typer sub-app; the main CLI registers these commands at top
+level, and `tasks_train_cmd` as `toolgym tasks train`."""
 
 from __future__ import annotations
 
@@ -206,6 +207,91 @@ def plot_cmd(
             _fail(f"{r}: no metrics.jsonl")
     dest = out or ((runs[-1] if runs[-1].is_dir() else runs[-1].parent) / "curves.png")
     console.print(f"wrote {plot_runs(runs, dest, keys or None, smooth, overlay)}")
+
+
+@app.command("pretrain")
+def pretrain_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write the model + tokenizer to."),
+    size: str = typer.Option("small", "--size", help="tiny | small | medium | base (see `toolgym model init-tiny`)."),
+    minutes: float | None = typer.Option(None, "--minutes", help="Pre-train for this wall time (default 25)."),
+    steps: int | None = typer.Option(None, "--steps", help="Pre-train for this many steps instead (reproducible)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Conversations per optimizer step (16 per micro-batch)."),
+    learning_rate: float = typer.Option(3e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    num_threads: int = typer.Option(1, "--num-threads", help="torch CPU threads."),
+    eval_n: int = typer.Option(200, "--eval-n", help="Fresh random conversations to evaluate it on at the end (0: none)."),
+) -> None:
+    """Build the tool-calling base offline: its tokenizer, a random tiny model, then pre-training on an endless stream
+    of random tool use (copy values into calls, pick tools, copy answers, abstain); see docs/models.md."""
+    from toolgym.train.pretrain import build_toolcall_base
+
+    if minutes is not None and steps is not None:
+        _fail("give --minutes or --steps, not both")
+    with _progress() as prog:
+        bar = prog.add_task("pre-training", total=1.0, info="")
+
+        def tick(r: dict[str, Any]) -> None:
+            done = r["step"] / steps if steps else r["frac"]
+            prog.update(bar, completed=done, info=f"step {r['step']} loss {r['loss']:.3f}")
+
+        info = build_toolcall_base(out, size=size, steps=steps, minutes=25.0 if minutes is None else minutes,
+                                   batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                                   num_threads=num_threads, eval_n=eval_n, on_step=tick)
+    ev = info.get("eval", {})
+    rates = ", ".join(f"{k} {100 * v['rate']:.0f} %" for k, v in ev.items() if isinstance(v, dict) and v.get("rate") is not None)
+    console.print(f"wrote {out} ({info['params']:,} params, {info['steps']} steps, {info['build_s'] / 60:.1f} min); "
+                  f"on fresh random tools: {rates or 'not evaluated'}; use it as hf:{out}")
+
+
+def tasks_train_cmd(
+    env_config: Path = typer.Argument(..., help="Env config (.toml/.json) of your server: [server] or [[servers]], sandboxes, setup."),
+    out: Path = typer.Option(..., "-o", "--out", help="Run folder (each phase's output; a phase whose output exists is skipped)."),
+    num: int = typer.Option(2000, "-n", "--num", help="Training tasks to generate."),
+    heldout: int = typer.Option(200, "--heldout", help="Held-out tasks to generate."),
+    base: str | None = typer.Option(None, "--base", help="Starting model (default: the tool-calling base shipped with toolgym)."),
+    phase: list[str] = typer.Option([], "--phase", help="Run only these phases (repeatable): generate, env, synth, sft, "
+                                    "grpo, eval."),
+    sft_set: list[str] = typer.Option([], "--sft", help="SFT config override key=value (repeatable), e.g. epochs=3."),
+    grpo_set: list[str] = typer.Option([], "--grpo", help="GRPO config override key=value (repeatable), e.g. max_steps=60."),
+    gen_set: list[str] = typer.Option([], "--gen", help="Generation option key=value (repeatable), e.g. chain_share=0.3."),
+    seed: int = typer.Option(0, "--seed"),
+    concurrency: int = typer.Option(8, "-c", "--concurrency", min=1),
+    num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads for SFT and GRPO."),
+) -> None:
+    """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
+    tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
+    (Registered as `toolgym tasks train` by the main CLI.)"""
+    from toolgym.tasks.generate import GenerationError
+    from toolgym.train.recipe import PHASES, RecipeOptions, run_recipe
+
+    bad = sorted(set(phase) - set(PHASES))
+    if bad:
+        _fail(f"--phase {', '.join(bad)}: phases are {', '.join(PHASES)}")
+    if not env_config.is_file():
+        _fail(f"env config {env_config} not found")
+    opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
+                         gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
+                         concurrency=concurrency, num_threads=num_threads)
+    bars: dict[str, Any] = {}
+    with _progress() as prog:
+        def progress(name: str, r: dict[str, Any]) -> None:
+            if name not in bars:
+                bars[name] = prog.add_task(name, total=None, info="")
+            bar = bars[name]
+            if name == "generate":
+                prog.update(bar, completed=r["kept"], total=r["target"], info=f"tried {r['tried']}")
+            elif name == "synth":
+                prog.update(bar, advance=1, total=r["total"])
+            elif name == "sft":
+                prog.update(bar, completed=r["step"], total=r["total"], info=f"loss {r['loss']:.4f}")
+            else:
+                prog.update(bar, completed=r["step"], info=f"reward {r.get('reward', float('nan')):.3f}")
+
+        try:
+            run_recipe(opts, log=lambda m: console.print(m, markup=False), progress=progress)
+        except (ValueError, FileNotFoundError, FileExistsError, GenerationError) as exc:
+            _fail(str(exc))
+    console.print(f"report: {out / 'report.md'} (plots: {out / 'heldout.png'}, {out / 'grpo_curves.png'})")
 
 
 if __name__ == "__main__":

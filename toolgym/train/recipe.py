@@ -1,4 +1,5 @@
-"""From a server to a trained tool caller in one command: `toolgym tasks train ENV_CONFIG -o runs/mine`.
+"""From a server to a trained tool caller in one command: `toolgym tasks train ENV_CONFIG -o runs/mine` (the main CLI
+registers `toolgym.train.cli.tasks_train_cmd` under `toolgym tasks`).
 
 Phases, each skipped when its output exists (re-run a phase by deleting it):
 
