@@ -1,7 +1,8 @@
 """Evaluation runs: n examples x r rollouts through the rollout engine, streamed to a results folder.
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
-rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
+rollout finishes), `summary.json`, `rewards.png`, `servers/NAME.log` (each server's stderr). Statistics count every
+rollout, an errored one as a failure (`toolgym.stats`). `resume=True` keeps every finished rollout already in
 `results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
 to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
 are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
+from toolgym.mcp_bridge import set_server_log_dir
 from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
 from toolgym.policies import Policy
 from toolgym.rollout import iter_rollouts
@@ -34,12 +36,17 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     success_threshold: float = 1.0,
     on_progress: Callable[[Trajectory], None] | None = None,
+    error_reward: float | None = None,
+    skipped_tasks: list[str] | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Run the evaluation; return (trajectories in job order, summary)."""
+    """Run the evaluation; return (trajectories in job order, summary). `error_reward`: what an errored rollout counts
+    as in the statistics (default: the env's `error_reward`, 0); `skipped_tasks`: the invalid tasks left out
+    (`toolgym.check`), reported in the summary."""
     keep: dict[tuple[int, int], Trajectory] = {}
     results_file = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        set_server_log_dir(out_dir / "servers")
         run_file = out_dir / "run.json"
         info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
         if resume and run_file.exists():
@@ -73,7 +80,10 @@ async def evaluate(
             results_file.close()
     ordered = [results[k] for k in sorted(results)]
     by = tuple(getattr(env, "report_by", ()) or ())
-    summary = summarize(ordered, success_threshold, by)
+    floor = env.error_reward if error_reward is None else error_reward
+    summary = summarize(ordered, success_threshold, by, floor)
+    if skipped_tasks:
+        summary["skipped_tasks"] = {"count": len(skipped_tasks), "tasks": skipped_tasks}
     summary["policy"] = policy.name
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
