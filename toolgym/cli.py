@@ -166,7 +166,7 @@ def eval_cmd(
     errored rollouts (`--fail-on-error`)."""
     from toolgym.check import InvalidTasksError, checked_tasks
     from toolgym.eval import evaluate, report_names
-    from toolgym.mcp_bridge import ServerStartError, set_server_log_dir
+    from toolgym.mcp_bridge import ServerStartError, server_logs
     from toolgym.policies import PolicyUnavailable, load_policy
 
     if debug:
@@ -188,11 +188,11 @@ def eval_cmd(
             "sampling": {k: v for k, v in options.items() if k != "api_key"}}
     floor = env.error_reward if error_reward is None else error_reward
     console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}  {len(tasks)} examples x {rollouts} rollouts, "
-                  f"concurrency {concurrency} -> {out}")
-    set_server_log_dir(out / "servers")  # the servers' stderr: never on the terminal
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as prog:
+                  f"concurrency {concurrency} -> {out}", soft_wrap=True)
+    prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+    if True:  # the bar shows once the servers are up and the tasks checked
         seen: dict[str, float] = {"n": 0, "sum": 0.0, "err": 0}
 
         def tick(t: Any) -> None:  # the running mean over every rollout, an errored one at the floor
@@ -208,20 +208,24 @@ def eval_cmd(
                 run_tasks, report = await checked_tasks(env, tasks, skip_invalid_tasks)
                 skipped = [str(p) for p in report.problems]
                 if skipped:
-                    prog.console.print(f"[yellow]skipped {len(report.invalid)} invalid task(s)[/] (--skip-invalid-"
+                    console.print(f"[yellow]skipped {len(report.invalid)} invalid task(s)[/] (--skip-invalid-"
                                        f"tasks): {escape(skipped[0])}" + (f" (+{len(skipped) - 1} more problems, "
                                                                           "listed in summary.json)"
                                                                           if len(skipped) > 1 else ""), soft_wrap=True)
+                prog.start()
                 bar = prog.add_task("rollouts", total=len(run_tasks) * rollouts, reward=0.0, errors=0)
                 return await evaluate(env, policy, run_tasks, rollouts, concurrency, out, resume, info,
                                       success_threshold, tick, floor, skipped)
             finally:
+                if prog.live.is_started:
+                    prog.stop()
                 await env.aclose()
                 await policy.aclose()
 
         bar: Any = None
         try:
-            _, summary = asyncio.run(go())
+            with server_logs(out / "servers"):  # the servers' stderr: never on the terminal
+                _, summary = asyncio.run(go())
         except InvalidTasksError as exc:
             _fail(str(exc))
         except ServerStartError as exc:

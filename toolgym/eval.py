@@ -11,13 +11,14 @@ are removed -- so it stays valid JSONL with exactly one record per (example, rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
-from toolgym.mcp_bridge import set_server_log_dir
+from toolgym.mcp_bridge import server_logs
 from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
 from toolgym.policies import Policy
 from toolgym.rollout import iter_rollouts
@@ -46,7 +47,6 @@ async def evaluate(
     results_file = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        set_server_log_dir(out_dir / "servers")
         run_file = out_dir / "run.json"
         info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
         if resume and run_file.exists():
@@ -66,15 +66,16 @@ async def evaluate(
     for t in keep.values():
         if on_progress:
             on_progress(t)
-    await env.start()
     try:
-        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
-            results[(traj.example_id, traj.rollout_index)] = traj
-            if results_file is not None:
-                results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
-                results_file.flush()
-            if on_progress:
-                on_progress(traj)
+        with server_logs(out_dir / "servers") if out_dir is not None else contextlib.nullcontext():
+            await env.start()
+            async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+                results[(traj.example_id, traj.rollout_index)] = traj
+                if results_file is not None:
+                    results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
+                    results_file.flush()
+                if on_progress:
+                    on_progress(traj)
     finally:
         if results_file is not None:
             results_file.close()

@@ -96,6 +96,17 @@ def set_server_log_dir(path: Path | str | None) -> None:
     _log_dir = Path(path) if path is not None else None
 
 
+@contextlib.contextmanager
+def server_logs(path: Path | str | None) -> Any:
+    """`set_server_log_dir(path)` for the block, the previous folder restored after it."""
+    previous = _log_dir
+    set_server_log_dir(path)
+    try:
+        yield
+    finally:
+        set_server_log_dir(previous)
+
+
 def server_log_path(name: str) -> Path:
     """The stderr log file of server `name` (its folder is created)."""
     global _default_log_dir
