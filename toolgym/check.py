@@ -234,8 +234,8 @@ async def checked_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]], skip_
     unless `skip_invalid` (then they are left out and listed in the report)."""
     await env.start()
     report = check_tasks(env, tasks)
-    if report.problems and not skip_invalid:
-        raise InvalidTasksError(report)
+    if report.problems and (not skip_invalid or len(report.invalid) == report.tasks):
+        raise InvalidTasksError(report)  # skipping every task would leave nothing to run
     return report.valid(tasks), report
 
 
