@@ -50,7 +50,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"prompt": "typo'd key", "expected_calls": [{"name": "echo", "argument": {"text": ["x"]}}]},
      "unknown key(s) 'argument' (did you mean 'arguments'?)"),
     ({"prompt": "not a list", "expected_calls": {"name": "echo"}}, "expected_calls must be a list of calls"),
-    ({"prompt": "float below the minimum", "expected_calls": [{"name": "sleep", "arguments": {"seconds": ["soon"]}}]},
+    ({"prompt": "a string for a number", "expected_calls": [{"name": "sleep", "arguments": {"seconds": ["soon"]}}]},
      "argument 'seconds': 'soon' is not of type 'number'"),
 ]
 
@@ -149,3 +149,17 @@ def test_check_command_and_eval_refusal(tmp_path: Path) -> None:
 def test_a_good_task_file_checks_clean(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["check", str(_env(tmp_path, [GOOD] * 3))])
     assert res.exit_code == 0 and "3 tasks, all valid" in res.output
+
+
+def test_synth_runs_the_same_check(tmp_path: Path) -> None:
+    """`toolgym synth` refuses invalid tasks before playing (no data file); with --skip-invalid-tasks it plays the
+    valid ones only."""
+    runner = CliRunner()
+    cfg = _env(tmp_path, [GOOD, BAD[1][0], GOOD])
+    out = tmp_path / "data.jsonl"
+    res = runner.invoke(app, ["synth", str(cfg), "-m", "scripted:reference", "-o", str(out)])
+    assert res.exit_code == 2 and "1 of 3 task(s) do not fit" in res.output and ":2: " in res.output, res.output
+    assert not out.exists()
+    res = runner.invoke(app, ["synth", str(cfg), "-m", "scripted:reference", "-o", str(out), "--skip-invalid-tasks"])
+    assert res.exit_code == 0, res.output
+    assert "skipped 1 invalid task(s)" in res.output and "of 2 games" in res.output

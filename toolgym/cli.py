@@ -15,16 +15,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
-
-if TYPE_CHECKING:
-    from toolgym.config_env import ConfigEnv
 
 app = typer.Typer(help="Train and evaluate tool-using models on MCP-server environments.", no_args_is_help=True,
                   pretty_exceptions_show_locals=False)
@@ -271,24 +268,10 @@ def dataset_from_cli(env: Any, n: int | None, seed: int) -> list[dict[str, Any]]
 
 
 def server_error(env: Any, exc: Exception) -> str:
-    """A server that did not start, as `FILE:LINE: ...` of its config entry (a config env) and the fix to try."""
-    from toolgym.config_env import ConfigEnv
+    """A server that did not start, as `FILE:LINE: ...` of its config entry (a config env)."""
+    from toolgym.config_env import start_error_message
 
-    where = config_server_location(env, getattr(exc, "server", None)) if isinstance(env, ConfigEnv) else ""
-    return f"{where}{exc}"
-
-
-def config_server_location(env: ConfigEnv, server: str | None) -> str:
-    """`FILE:LINE: ` of the `[server]` (or the named `[[servers]]`) entry's command or url in a config env."""
-    from toolgym.config_env import config_location
-
-    if env.config.server is not None:
-        s, entry = env.config.server, "server"
-    else:
-        i = next((i for i, b in enumerate(env.config.servers) if b.name == server), 0)
-        s, entry = env.config.servers[i], f"servers[{i}]"
-    key = "command" if s.command else ("launch" if s.launch else "url")
-    return config_location(env.source, f"{entry}.{key}")
+    return start_error_message(env, exc)
 
 
 def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> None:

@@ -265,6 +265,25 @@ def config_location(path: Path | None, entry: str) -> str:
     return f"{path}:{line}: " if line else ""
 
 
+def _server_location(env: ConfigEnv, server: str | None) -> str:
+    """`FILE:LINE: ` of the `[server]` (or the named `[[servers]]`) entry's command, launch or url."""
+    if env.config.server is not None:
+        s: ServerConfig = env.config.server
+        entry = "server"
+    else:
+        i = next((i for i, b in enumerate(env.config.servers) if b.name == server), 0)
+        s, entry = env.config.servers[i], f"servers[{i}]"
+    key = "command" if s.command else ("launch" if s.launch else "url")
+    return config_location(env.source, f"{entry}.{key}")
+
+
+def start_error_message(env: Any, exc: BaseException) -> str:
+    """A server that did not start (`ServerStartError`), prefixed with `FILE:LINE: ` of its config entry when `env`
+    is a config env."""
+    where = _server_location(env, getattr(exc, "server", None)) if isinstance(env, ConfigEnv) else ""
+    return f"{where}{exc}"
+
+
 def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSpec:
     """The `ServerSpec` of a `[server]` section: paths relative to the config folder (a command given as a relative
     path, fixtures), placeholders checked now (a bad one is an error naming its entry)."""

@@ -73,7 +73,7 @@ def synth_cmd(
     from rich.markup import escape
 
     from toolgym.check import InvalidTasksError, checked_tasks
-    from toolgym.cli import dataset_from_cli, server_error
+    from toolgym.config_env import TaskFileError, start_error_message
     from toolgym.mcp_bridge import ServerStartError
     from toolgym.policies import PolicyUnavailable, load_policy
     from toolgym.registry import load_env, parse_env_args
@@ -90,7 +90,10 @@ def synth_cmd(
         policy = load_policy(teacher, env, **opts)
     except (ValueError, TypeError, ImportError, OSError) as exc:
         _fail(str(exc))
-    tasks = dataset_from_cli(env, num_examples or None, seed)
+    try:
+        tasks = env.build_dataset(num_examples or None, seed=seed)
+    except TaskFileError as exc:
+        _fail(str(exc))
     run_info = {"env": env_name, "teacher": teacher, "seed": seed, "env_args": env_args,
                 "teacher_args": _kv(teacher_arg)}
     journal = journal_path(out)
@@ -120,7 +123,7 @@ def synth_cmd(
         except InvalidTasksError as exc:
             _fail(str(exc))
         except ServerStartError as exc:
-            _fail(server_error(env, exc))
+            _fail(start_error_message(env, exc))
         except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
         except PolicyUnavailable as exc:
