@@ -22,7 +22,7 @@ scope = "shared"
 [env]
 system_prompt = "Use the tools. Answer inside <answer></answer>."
 max_turns = 5
-hidden_tools = ["crash", "hang", "get_value", "pid", "log", "write_file", "list_files"]
+hidden_tools = ["crash", "hang", "get_value", "pid", "log", "write_file", "list_files", "block", "env_length"]
 tool_timeout = 5
 [tasks]
 path = "tasks.jsonl"

@@ -289,9 +289,6 @@ class ManagedProcess:
             raise ServerStartError(f"server {self.command} did not answer at {self.url} within {self.start_timeout}s "
                                    f"(log: {self.log})", log=self.log)
 
-    def _log_tail(self, limit: int = 2000) -> str:
-        return b"".join(self._log).decode(errors="replace")[-limit:]
-
     def terminate(self) -> None:
         if self.proc is None:
             return
@@ -423,6 +420,7 @@ class MCPSession:
         self.log_name, self.legacy = log_name, legacy  # legacy: connect with the initialize handshake (no probe)
         self.log: Path | None = None  # the server's stderr log (a stdio server)
         self._log_start = 0
+        self._errlog: Any = None
         self._client: Any = None
         self._owner: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -477,7 +475,7 @@ class MCPSession:
             self._errlog = errlog
             return stdio_client(StdioServerParameters(command=cmd[0], args=cmd[1:], env=env, cwd=cwd), errlog=errlog)
         if self.spec.kind == "http":
-            return self.spec.url
+            return expand_env_refs(self.spec.url, "server.url")
         return self._server_obj
 
     async def _run(self) -> None:
@@ -504,9 +502,8 @@ class MCPSession:
             self._client = None
             if not self._stop.is_set() and self._ready.is_set():
                 self.broken = self.broken or "connection closed by the server"
-            errlog = getattr(self, "_errlog", None)
-            if errlog is not None:
-                errlog.close()
+            if self._errlog is not None:
+                self._errlog.close()
             self._ready.set()
 
     async def list_tools(self) -> list[ToolInfo]:
@@ -530,7 +527,10 @@ class MCPSession:
             raise ToolCallError(self.broken) from None
         except Exception as exc:  # noqa: BLE001 - classify below
             if self.broken or self._client is None or _is_transport_error(exc):
-                self.broken = self.broken or f"connection lost during {name!r}: {_describe_exc(exc)}"
+                if not self.broken:
+                    tail = log_tail(self.log, self._log_start, lines=2)  # a server that died: its last words
+                    self.broken = f"connection lost during {name!r}: {_describe_exc(exc)}" + \
+                        (f" (server stderr: {tail}; log: {self.log})" if tail else "")
                 raise ToolCallError(self.broken) from exc
             # a protocol-level error for this call only (e.g. the server rejected the request): the session lives on
             return ToolResult(text=f"Error: {_describe_exc(exc)}", is_error=True, latency_s=time.perf_counter() - t0)
