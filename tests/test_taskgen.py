@@ -98,6 +98,10 @@ def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_pa
     reads = [t for t in train + heldout if t["kind"] == "read_text_file"]
     assert reads and all("library/" in t["expected_calls"][0]["arguments"]["path"][0] for t in reads)
     _check(OWN, train, heldout)
+    for path in (out, tmp_path / "tasks.heldout.jsonl"):  # `toolgym check`, written by others, agrees
+        chk = subprocess.run([sys.executable, "-m", "toolgym.cli", "check", str(OWN), "-a", f"tasks={path}"],
+                             capture_output=True, text=True, timeout=300)
+        assert chk.returncode == 0 and "all valid" in chk.stdout, chk.stdout[-2000:]
 
 
 @need_multi_servers
