@@ -217,3 +217,19 @@ def test_trivial_players_score_what_they_should() -> None:
     b = trivial_baselines(train, held)
     assert b["majority call"]["call_match"] == 0.5 and b["abstain"]["abstain_ok"] == 1.0
     assert b["_n"] == {"tool_tasks": 2, "none_tasks": 1}
+
+
+def test_the_copy_player_reads_the_template_not_the_request() -> None:
+    from toolgym.train.recipe import copy_player
+
+    tools = [TOOL, {"type": "function", "function": {"name": "get-sum", "description": "Returns the sum of two numbers",
+                                                       "parameters": {"properties": {"a": {}, "b": {}}}}}]
+    task = {"prompt": 'Call get-sum with a = 3 and b = 4.5.', "expected_calls": [{"name": "get-sum", "arguments": {}}]}
+    assert copy_player(task, tools, None) == [{"name": "get-sum", "arguments": {"a": 3, "b": 4.5}}]
+    described = {"prompt": 'Returns the sum of two numbers: a 1, b 2.', "expected_calls": []}
+    assert copy_player(described, tools, None)[0]["name"] == "get-sum"
+    assert copy_player({"prompt": 'Say "hi".', "expected_calls": []}, tools, None) == []
+    train = [{"prompt": "x", "expected_calls": [{"name": "get-sum", "arguments": {"a": [1], "b": [2]}}]}]
+    held = [dict(task, expected_calls=[{"name": "get-sum", "arguments": {"a": [3], "b": [4.5]}}]),
+            {"prompt": 'Say "hi".', "expected_calls": []}]
+    assert trivial_baselines(train, held, tools)["copy"] == {"call_match": 1.0, "abstain_ok": 1.0}

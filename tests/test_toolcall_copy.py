@@ -39,5 +39,5 @@ def test_the_base_fine_tuned_for_minutes_copies_unseen_strings(tmp_path: Path) -
     unseen = [t for t in held if any(isinstance(v[0], str) and v[0] not in seen
                                      for c in t["expected_calls"] for v in c["arguments"].values())]
     assert len(unseen) >= 40  # the held-out tool tasks carry strings no training task has
-    r = report["heldout"]["sft"]["string_call_match"]
+    r = report["heldout"]["sft"]["unseen_string_call_match"]
     assert r["n"] >= 40 and r["rate"] >= COPY_RATE, r

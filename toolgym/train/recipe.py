@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import tomllib
 from collections.abc import Callable
@@ -120,10 +121,39 @@ def teacher_policy(name: str = "scripted:generated-teacher") -> Any:
     return ScriptedPolicy(act, name)
 
 
-def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """What players that do not read the request score on the held-out tasks (no rollouts needed): `abstain` (never
-    calls), `majority call` (always the training split's most frequent exact call sequence) and `answer key`."""
+def string_values(tasks: list[dict[str, Any]]) -> set[str]:
+    """Every string argument value of the tasks' expected calls."""
+    return {v[0] for t in tasks for c in t["expected_calls"] for v in c["arguments"].values() if isinstance(v[0], str)}
+
+
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|true|false')
+
+
+def copy_player(task: dict[str, Any], tools: list[dict[str, Any]], fallback: str | None) -> list[dict[str, Any]]:
+    """A rule-based player that reads the template, not the request: the tool named in the prompt (else the one whose
+    description's first sentence it contains, else `fallback`), its parameters filled with the prompt's JSON literals
+    in schema order; one call, or none when the prompt names no tool and there is no fallback."""
+    from toolgym.tasks.templates import tool_sentence
+
+    prompt = task["prompt"]
+    by_name = [t for t in tools if t["function"]["name"] in prompt]
+    by_desc = [t for t in tools if tool_sentence(t).lower() in prompt.lower()]
+    pick = (by_name or by_desc or [t for t in tools if t["function"]["name"] == fallback] or [None])[0]
+    if pick is None:
+        return []
+    literals = [json.loads(x) for x in _LITERAL.findall(prompt)]
+    props = list((pick["function"].get("parameters") or {}).get("properties") or {})
+    return [{"name": pick["function"]["name"], "arguments": dict(zip(props, literals, strict=False))}]
+
+
+def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]],
+                      tools: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """What players that do not learn score on the held-out tasks (no rollouts needed): `abstain` (never calls),
+    `majority call` (always the training split's most frequent exact call sequence), `copy` (`copy_player`, with
+    `tools`) and `answer key`; call_match over the tool tasks, abstain_ok over the no-tool ones."""
     from collections import Counter
+
+    from toolgym.accuracy import call_matches
 
     def key(t: dict[str, Any]) -> str:
         return json.dumps(t["expected_calls"], sort_keys=True)
@@ -132,30 +162,49 @@ def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]]
     none_tasks = [t for t in heldout if not t["expected_calls"]]
     common = Counter(key(t) for t in train if t["expected_calls"]).most_common(1)
     majority = sum(key(t) == common[0][0] for t in tool_tasks) / max(1, len(tool_tasks)) if common else 0.0
-    return {
+    out: dict[str, dict[str, float]] = {
         "abstain": {"call_match": 0.0, "abstain_ok": 1.0},
         "majority call": {"call_match": majority, "abstain_ok": 0.0},
         "answer key": {"call_match": 1.0, "abstain_ok": 1.0},
         "_n": {"tool_tasks": len(tool_tasks), "none_tasks": len(none_tasks)},
     }
+    if tools:
+        top = Counter(c["name"] for t in train for c in t["expected_calls"]).most_common(1)
+        fallback = top[0][0] if top else None
+
+        def ok(t: dict[str, Any]) -> bool:
+            got = copy_player(t, tools, fallback)
+            return len(got) == len(t["expected_calls"]) and all(
+                call_matches(g["name"], g["arguments"], e) for g, e in zip(got, t["expected_calls"], strict=True))
+
+        out["copy"] = {"call_match": sum(map(ok, tool_tasks)) / max(1, len(tool_tasks)),
+                       "abstain_ok": sum(not copy_player(t, tools, None) for t in none_tasks) / max(1, len(none_tasks))}
+    return out
 
 
-def rates(trajs: list[Any]) -> dict[str, dict[str, float]]:
-    """Held-out rates with 95 % Wilson intervals: `call_match` over tool tasks, `abstain_ok` over no-tool tasks,
-    `correct` over all, and `call_match` over the tool tasks with a string argument (`string_call_match`)."""
+def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """Held-out rates with 95 % Wilson intervals: `call_match` over tool tasks, `unseen_string_call_match` over the
+    tool tasks with a string argument value not in `seen` (the training tasks' string values), `one_call` /
+    `two_calls` over tool tasks by their number of calls, `abstain_ok` over no-tool tasks, `correct` over all;
+    `errors` counts errored rollouts."""
     from toolgym.stats import wilson
 
     def rate(xs: list[bool]) -> dict[str, float]:
         lo, hi = wilson(sum(xs), len(xs)) if xs else (float("nan"), float("nan"))
         return {"rate": sum(xs) / len(xs) if xs else float("nan"), "n": len(xs), "lo": lo, "hi": hi}
 
+    def matched(t: Any) -> bool:
+        return t.metrics.get("call_match", 0.0) == 1.0
+
     ok = [t for t in trajs if t.error is None]
     tool = [t for t in ok if t.task.get("expected_calls")]
-    stringy = [t for t in tool if any(isinstance(v[0], str) for c in t.task["expected_calls"]
-                                      for v in c["arguments"].values())]
+    unseen = [t for t in tool if any(isinstance(v[0], str) and v[0] not in (seen or set())
+                                     for c in t.task["expected_calls"] for v in c["arguments"].values())]
     return {
-        "call_match": rate([t.metrics.get("call_match", 0.0) == 1.0 for t in tool]),
-        "string_call_match": rate([t.metrics.get("call_match", 0.0) == 1.0 for t in stringy]),
+        "call_match": rate([matched(t) for t in tool]),
+        "unseen_string_call_match": rate([matched(t) for t in unseen]),
+        "one_call": rate([matched(t) for t in tool if len(t.task["expected_calls"]) == 1]),
+        "two_calls": rate([matched(t) for t in tool if len(t.task["expected_calls"]) > 1]),
         "abstain_ok": rate([t.metrics.get("abstain_ok", 0.0) == 1.0 for t in ok if not t.task.get("expected_calls")]),
         "correct": rate([t.rewards.get("correct", 0.0) == 1.0 for t in ok]),
         "errors": {"rate": float(len(trajs) - len(ok)), "n": len(trajs), "lo": 0.0, "hi": 0.0},
@@ -173,10 +222,12 @@ def write_report(out: Path, results: dict[str, dict[str, Any]], baselines: dict[
     """`report.md` + `report.json` + `heldout.png` from the per-model held-out rates."""
     (out / "report.json").write_text(json.dumps({"heldout": results, "trivial": baselines, "wall_s": timings},
                                                 indent=2))
-    lines = ["| held-out | " + " | ".join(results) + " | abstain / majority call (trivial) |",
+    trivial = " / ".join(k for k in ("abstain", "majority call", "copy") if k in baselines)
+    lines = ["| held-out | " + " | ".join(results) + f" | {trivial} (trivial) |",
              "| --- |" + " ---: |" * (len(results) + 1)]
-    for metric in ("call_match", "string_call_match", "correct", "abstain_ok"):
-        triv = f"{100 * baselines['abstain'].get(metric, 0):.0f} / {100 * baselines['majority call'].get(metric, 0):.0f} %" \
+    names = [k for k in ("abstain", "majority call", "copy") if k in baselines]
+    for metric in ("call_match", "unseen_string_call_match", "one_call", "two_calls", "correct", "abstain_ok"):
+        triv = " / ".join(f"{100 * baselines[k].get(metric, 0):.0f}" for k in names) + " %" \
             if metric in ("call_match", "abstain_ok") else ""
         lines.append(f"| {metric} | " + " | ".join(_fmt(r[metric]) for r in results.values()) + f" | {triv} |")
     lines += ["", "| phase | wall |", "| --- | ---: |"] + [f"| {k} | {v / 60:.1f} min |" for k, v in timings.items()]
@@ -192,7 +243,7 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = ("call_match", "string_call_match", "correct", "abstain_ok")
+    metrics = ("call_match", "unseen_string_call_match", "correct", "abstain_ok")
     fig, ax = plt.subplots(figsize=(9, 3.6))
     width = 0.8 / max(1, len(results))
     for i, (label, r) in enumerate(results.items()):
@@ -307,6 +358,9 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
 
         models = {"base": base, "sft": str(sft_final), "grpo": str(grpo_final)}
         results: dict[str, dict[str, Any]] = {}
+        train_rows = [json.loads(x) for x in tasks.open() if x.strip()]
+        held_rows = [json.loads(x) for x in heldout.open() if x.strip()]
+        tools: list[dict[str, Any]] = []
         for label in opts.eval_models:
             path = models[label]
             if not Path(path).is_dir():
@@ -326,15 +380,14 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
                     await policy.aclose()
 
             trajs, _ = timed(f"eval {label}", lambda: asyncio.run(ev()))
-            results[label] = rates(trajs)
-        train_rows = [json.loads(x) for x in tasks.open() if x.strip()]
-        held_rows = [json.loads(x) for x in heldout.open() if x.strip()]
-        baselines = trivial_baselines(train_rows, held_rows)
+            results[label] = rates(trajs, string_values(train_rows))
+            tools = env.model_tools()
+        baselines = trivial_baselines(train_rows, held_rows, tools)
         text = write_report(out, results, baselines, timings)
         log(text)
         report = {"heldout": results, "trivial": baselines, "wall_s": timings}
     return report
 
 
-__all__ = ["GENERATED_REWARDS", "PHASES", "RecipeOptions", "default_base", "derive_config", "rates", "run_recipe",
-           "teacher_policy", "trivial_baselines", "write_report"]
+__all__ = ["GENERATED_REWARDS", "PHASES", "RecipeOptions", "copy_player", "default_base", "derive_config", "rates",
+           "run_recipe", "string_values", "teacher_policy", "trivial_baselines", "write_report"]
