@@ -438,12 +438,11 @@ class ArgSampler:
         if hi < lo:
             raise SchemaError(f"maximum {hi} < minimum {lo}")
         step = node.get("multipleOf")
-        whole = integer or node.get("type") == "integer"
         for i in range(60):
             if step or (integer and (i < 20 or node.get("type") == "integer")):
                 a, b = int(-(-lo // 1)), int(hi // 1)
                 if b < a:
-                    if whole and node.get("type") == "integer":
+                    if node.get("type") == "integer":
                         break
                     integer = False
                     continue
