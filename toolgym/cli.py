@@ -162,6 +162,9 @@ def eval_cmd(
                 await env.aclose()
                 await policy.aclose()
 
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         try:
             _, summary = asyncio.run(go())
         except (FileExistsError, ValueError) as exc:

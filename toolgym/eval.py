@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
-from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
+from toolgym.journal import drop_torn_lines, first_finished, read_results, record_line, run_differences
 from toolgym.policies import Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
@@ -62,9 +62,10 @@ async def evaluate(
     await env.start()
     try:
         async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+            line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
             results[(traj.example_id, traj.rollout_index)] = traj
             if results_file is not None:
-                results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
+                results_file.write(line)
                 results_file.flush()
             if on_progress:
                 on_progress(traj)

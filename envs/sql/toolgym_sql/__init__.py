@@ -16,6 +16,9 @@ Rewards (weight 1 each; a task gets its reward from the one that applies to its 
                    (multiset of rows, in order when the gold query has a top-level ORDER BY; numbers with tolerance);
   state_match:     every table of the session database, dumped at the end through a hidden tool, equals the goal
                    state (tables the gold writes change, compared row by row; all other tables unchanged, by digest).
+                   A database grown past the server's grading caps (rows per table, value size, total size) scores 0,
+                   with the refusal in the grade's `state_diff`; so does a submitted query whose result is over them
+                   (`answer_error`).
   efficiency:      optional (weight `efficiency_weight`, default 0 = metric): min(1, gold calls / model calls).
 Metrics: correct, refusals (calls refused by the server's safety policy), tool_errors, num_sql_calls.
 Tool-call accuracy (parse/name/args/exec) comes from the framework.
@@ -222,7 +225,15 @@ async def _grade(env: SqlEnv, state: dict[str, Any], task: dict[str, Any], messa
             finally:
                 await env.call("close_session", session=fresh)
     else:
-        dump = _json(await env.call("dump_tables", session=state["db_session"]))
+        try:
+            dump = _json(await env.call("dump_tables", session=state["db_session"]))
+        except HiddenCallError as exc:
+            if "Refused: grading:" not in str(exc):
+                raise  # the server failed: an error on this rollout
+            # the model grew its database past the graders' caps: a wrong final state, said why
+            g["state_diff"] = "grading: " + str(exc).split("Refused: grading:", 1)[1].strip()[:300]
+            state["grade"] = g
+            return g
         goal = task["goal_state"]
         ok, why = states_equal({t: dump.get(t, {"columns": [], "rows": []}) for t in goal}, goal)
         others = {t: v for t, v in dump.items() if t not in goal}

@@ -263,16 +263,19 @@ class SessionDB:
             return out
 
     def query_all(self, sql: str, max_rows: int | None = None) -> Result:
-        """A read query for graders: the same checks and time limit as `query`, and the graders' caps: at most
-        `max_rows` (default and most: `grade_max_rows`) rows -- more is `truncated` --, each value at most
-        `grade_max_cell_chars`, the whole at most `grade_max_mb`; a value or total past its cap is refused
-        (`SQLRefused` starting "grading:"), never cut."""
+        """A read query for graders: the same checks and time limit as `query`, and the graders' caps: each value at
+        most `grade_max_cell_chars`, the whole at most `grade_max_mb`, at most `grade_max_rows` rows; past a cap the
+        answer is refused (`SQLRefused` starting "grading:"), never cut. With `max_rows` (at most `grade_max_rows`)
+        more rows than asked for give a `truncated` result instead."""
         cap = self.limits.grade_max_rows
         if max_rows is not None and not 1 <= max_rows <= cap:
             raise SQLRefused(f"grading: max_rows must be between 1 and {cap:,} (--grade-max-rows)")
         stmt = self._check(sql, "read")
         with self._locked():
-            return self._query(stmt, max_rows or cap, grade=[self.limits.grade_max_mb * 1024 * 1024])
+            res = self._query(stmt, max_rows or cap, grade=[self.limits.grade_max_mb * 1024 * 1024])
+        if res.truncated and max_rows is None:
+            raise SQLRefused(f"grading: the result has more than {cap:,} rows (the graders' row cap, --grade-max-rows)")
+        return res
 
     # --- helpers ----------------------------------------------------------------------------------------
     def _check(self, sql: str, kind: str) -> str:

@@ -8,7 +8,7 @@ scheduler bounds what one session can take and keeps a lane for cheap calls:
   more than one worker, whatever it sends);
 * **`workers` threads** of the scheduler's own (default 16), `reserved` of them (default 4) a *reserved lane*;
 * **light sessions use the reserved lane** when the general workers are all busy. A session is light once one of
-  its calls finished within `lane_s` (default 0.25 s) and until a call runs longer (or times out): then it is heavy
+  its calls finished within `lane_s` (default 1 s) and until a call runs longer (or times out): then it is heavy
   for `penalty_s` (default 30 s). A new session is not light yet;
 * **a call in the reserved lane gets `lane_s`**: past it the call is stopped and rolled back (`LaneExceeded`), its
   session becomes heavy and the call runs again in the general lane with its full time limit.
@@ -52,7 +52,7 @@ class _Waiter:
 class Scheduler:
     """See the module docstring. `run(db, fn)` runs `fn()` (blocking work on `db`) on a worker thread."""
 
-    def __init__(self, workers: int = 16, reserved: int = 4, lane_s: float = 0.25, penalty_s: float = 30.0) -> None:
+    def __init__(self, workers: int = 16, reserved: int = 4, lane_s: float = 1.0, penalty_s: float = 30.0) -> None:
         if workers < 1 or not 0 <= reserved < workers:
             raise ValueError(f"need workers >= 1 and 0 <= reserved < workers (got {workers}, {reserved})")
         self.workers, self.reserved, self.lane_s, self.penalty_s = workers, reserved, lane_s, penalty_s

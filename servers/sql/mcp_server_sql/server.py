@@ -135,8 +135,8 @@ class SessionRegistry:
 
     Quotas: at most `max_sessions` in all and `max_client_sessions` per client (default half of `max_sessions`;
     clients without a transport identity share one quota). To make room for a new session the least recently used
-    session *not in use* is evicted -- in use: a call in flight, or a call within `idle_s` --; when every session is in
-    use, the new one is refused with a message saying so."""
+    session *not in use* is evicted (the client's own first when it is at its quota) -- in use: a call in flight, or a
+    call within `idle_s` --; when every candidate is in use, the new one is refused with a message saying so."""
 
     def __init__(self, backend, max_sessions: int = 256, max_client_sessions: int | None = None,
                  idle_s: float = 300.0):
@@ -154,14 +154,23 @@ class SessionRegistry:
     # --- room ---------------------------------------------------------------------------------------------
     def _make_room(self, client: Hashable | None) -> list[_Entry]:
         """Under the lock: check the client's quota and the server's; return the entries evicted for room."""
-        mine = sum(1 for e in self._dbs.values() if e.client == client) + self._pending[client]
-        if mine >= self.max_client_sessions:
-            raise SQLRefused(f"this client has {mine} sessions open, the most one client may hold "
-                             f"(--max-client-sessions {self.max_client_sessions}); close one with close_session")
         evicted = []
         now = time.monotonic()
+
+        def idle(e: _Entry) -> bool:
+            return not e.active and now - e.last_used >= self.idle_s
+
+        mine = sum(1 for e in self._dbs.values() if e.client == client) + self._pending[client]
+        if mine >= self.max_client_sessions:  # room from the client's own idle sessions, else refused
+            victim = next((k for k, e in self._dbs.items() if e.client == client and idle(e)), None)
+            if victim is None:
+                raise SQLRefused(f"this client has {mine} sessions open, the most one client may hold "
+                                 f"(--max-client-sessions {self.max_client_sessions}), all in use; close one with "
+                                 "close_session")
+            evicted.append(self._dbs.pop(victim))
+            self.evicted += 1
         while len(self._dbs) + sum(self._pending.values()) >= self.max_sessions:
-            victim = next((k for k, e in self._dbs.items() if not e.active and now - e.last_used >= self.idle_s), None)
+            victim = next((k for k, e in self._dbs.items() if idle(e)), None)
             if victim is None:
                 raise SQLRefused(f"the server holds its most sessions ({self.max_sessions}, --max-sessions) and every "
                                  f"one is in use (a call within {self.idle_s:g} s); try again later")
@@ -351,7 +360,7 @@ def build_server(
     session_idle_s: float = 300.0,
     workers: int = 16,
     reserved_workers: int = 4,
-    lane_s: float = 0.25,
+    lane_s: float = 1.0,
     **limits_in_call: Any,
 ) -> MCPServer:
     """Build the server. `db`: a database URL (sqlite:///file.db, postgresql+psycopg://admin@host/db) or a
