@@ -75,10 +75,10 @@ def test_deeply_nested_arguments_never_end_a_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_record_that_cannot_be_written_fails_only_its_rollout(tmp_path: Path) -> None:
-    """Finding 6, the writer: a policy that hands the engine arguments nested 1,500 deep directly (no parser in
-    between) gets that rollout recorded as an error ("could not be written"), the other rollouts are written as usual,
-    and a resumed run re-runs just that rollout."""
+async def test_arguments_that_skip_the_parser_are_written_and_resume_continues(tmp_path: Path) -> None:
+    """Finding 6, the writer: a policy that hands the engine arguments nested 600 deep directly (no parser in
+    between: what crashed `dataclasses.asdict`) gets its call refused by the schema and recorded as it came; every
+    rollout is written and a resumed run finds them all."""
     from toolgym_tictactoe import minimax_player
 
     env = load_env("tictactoe", transport="inprocess")
@@ -86,10 +86,10 @@ async def test_a_record_that_cannot_be_written_fails_only_its_rollout(tmp_path: 
     minimax = minimax_player(None, seed=0).fn
     sent = {"n": 0}
 
-    def act(messages, memory):  # the very first turn of the run: a call too deep for any JSON encoder
+    def act(messages, memory):  # the very first turn of the run: 600 levels of arguments
         sent["n"] += 1
         if sent["n"] == 1:
-            return AssistantTurn(content="", tool_calls=[ToolCall("make_move", _deep(1500), id="c1")])
+            return AssistantTurn(content="", tool_calls=[ToolCall("make_move", _deep(600), id="c1")])
         return minimax(messages, memory)
 
     out = tmp_path / "run"
@@ -98,18 +98,37 @@ async def test_a_record_that_cannot_be_written_fails_only_its_rollout(tmp_path: 
     finally:
         await env.aclose()
     recs = read_jsonl(out / "results.jsonl")
-    assert len(recs) == 3 and summary["rollouts"] == 3
-    failed = [r for r in recs if r["error"]]
-    assert len(failed) == 1 and failed[0]["example_id"] == 0, [r["error"] for r in recs]
-    assert failed[0]["error"] and ("could not be written" in failed[0]["error"] or "Recursion" in failed[0]["error"])
+    assert len(recs) == 3 and summary["rollouts"] == 3 and summary["errors"] == 0, [r["error"] for r in recs]
+    first = next(c for r in recs if r["example_id"] == 0 for c in r["calls"])
+    assert not first["args_ok"] and nesting(first["arguments"]) == 601
     env = load_env("tictactoe", transport="inprocess")
     try:
-        trajs, summary = await evaluate(env, load_policy("scripted:minimax", env), tasks, concurrency=1, out_dir=out,
-                                        resume=True)
+        _, summary = await evaluate(env, load_policy("scripted:minimax", env), tasks, concurrency=1, out_dir=out,
+                                    resume=True)
     finally:
         await env.aclose()
-    assert summary["errors"] == 0 and summary["rollouts"] == 3
-    assert len(read_jsonl(out / "results.jsonl")) == 3
+    assert summary["errors"] == 0 and summary["rollouts"] == 3 and len(read_jsonl(out / "results.jsonl")) == 3
+
+
+def nesting(value) -> int:
+    from toolgym.types import nesting_depth
+
+    return nesting_depth(value, 10_000)
+
+
+def test_a_record_that_cannot_be_written_becomes_an_error_of_its_rollout() -> None:
+    """The writer's last line of defence: a trajectory the JSON encoder cannot write (here a value nested 5,000
+    deep in its state) is recorded as an error of the same (example, rollout) -- which --resume runs again --
+    instead of raising out of the run."""
+    from toolgym.journal import record_line
+    from toolgym.types import Trajectory
+
+    traj = Trajectory(example_id=4, rollout_index=1, task={"seed": 4}, info={"deep": _deep(5000)}, reward=1.0)
+    line, written = record_line(traj)
+    rec = json.loads(line)
+    assert (rec["example_id"], rec["rollout_index"]) == (4, 1) and rec["task"] == {"seed": 4}
+    assert "could not be written" in rec["error"] and "RecursionError" in rec["error"]
+    assert written.error == rec["error"] and not written.ok
 
 
 # ------------------------------------------------------------------------------------------- 10. choices: []
