@@ -13,7 +13,6 @@ streamable HTTP and in memory. docs/security.md lists the findings and these tes
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -23,9 +22,9 @@ import mcp
 import psutil
 import pytest
 from openai_stub import StubEndpoint
+from tg_testutil import read_jsonl
 from typer.testing import CliRunner
 
-from tg_testutil import read_jsonl
 from toolgym import AssistantTurn, ScriptedPolicy, ToolCall, load_env, load_policy
 from toolgym.cli import app
 from toolgym.eval import evaluate
@@ -94,7 +93,7 @@ async def test_arguments_that_skip_the_parser_are_written_and_resume_continues(t
 
     out = tmp_path / "run"
     try:
-        trajs, summary = await evaluate(env, ScriptedPolicy(act, "scripted:deep"), tasks, concurrency=1, out_dir=out)
+        _, summary = await evaluate(env, ScriptedPolicy(act, "scripted:deep"), tasks, concurrency=1, out_dir=out)
     finally:
         await env.aclose()
     recs = read_jsonl(out / "results.jsonl")

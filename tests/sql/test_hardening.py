@@ -16,7 +16,6 @@ Load bounds are asserted relative to a baseline measured in the same run.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -198,7 +197,7 @@ async def _starvation(srv, hogs: int, slow_sql: str, seconds: float) -> dict:
             lat: list[float] = []
             done = anyio.Event()
 
-            async def hog(sid, sql=sql):
+            async def hog(sid, sql=sql, done=done):
                 while not done.is_set():
                     await _call(hc, "run_query", sid, sql=sql)
 
@@ -359,12 +358,11 @@ async def test_env_scores_a_bloated_database_zero_with_the_grading_error():
     """Finding 5 through the SQL env over stdio: a rollout that writes 24 MB of blobs into its database (allowed:
     under the 64 MB database cap) and submits gets state_match 0 with the grading refusal in its grade -- not an
     error, not 48 MB of hex JSON in the eval process (whose RSS stays within 40 MB of where it was)."""
-    from toolgym import AssistantTurn, ScriptedPolicy
-    from toolgym.eval import evaluate
-    from toolgym.policies.scripted import call
     from toolgym_sql import SqlEnv
 
-    from toolgym import ServerSpec
+    from toolgym import AssistantTurn, ScriptedPolicy, ServerSpec
+    from toolgym.eval import evaluate
+    from toolgym.policies.scripted import call
 
     # a server process over stdio, running this checkout's code (PYTHONPATH passes through)
     env = SqlEnv(server=ServerSpec.stdio(SERVER_CMD, env={k: v for k, v in os.environ.items() if k == "PYTHONPATH"}))
@@ -455,7 +453,8 @@ def test_postgres_objects_are_tagged_dropped_on_sigterm_and_swept_after_sigkill(
         proc.wait(30)
         orphans = _tagged(eng)[0] - before[0] - live_dbs
         assert orphans
-        out = subprocess.run([*SERVER_CMD, "--sweep", "--db", pg_url], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([*SERVER_CMD, "--sweep", "--db", pg_url], capture_output=True, text=True, timeout=120,
+                         check=False)
         assert out.returncode == 0, out.stderr[-2000:]
         assert orphans <= set(json.loads(out.stdout)["databases"])
         assert not (orphans & _tagged(eng)[0]) and live_dbs <= _tagged(eng)[0]
@@ -479,9 +478,10 @@ async def _count_orders(srv, held: dict) -> str:
 async def test_postgres_http_eval_leaves_nothing(pg_url):
     """Finding 8, "every HTTP-transport eval leaves 2": a SQL eval over streamable HTTP against PostgreSQL ends with
     no database or role of its server left (the launched server is stopped with SIGTERM, which now cleans up)."""
+    from toolgym_sql import SqlEnv
+
     from toolgym import load_policy
     from toolgym.eval import evaluate
-    from toolgym_sql import SqlEnv
 
     eng = _admin(pg_url)
     before = _tagged(eng)
@@ -586,7 +586,7 @@ def test_postgres_sigterm_of_an_eval_leaves_nothing_and_resume_finishes(pg_url, 
     after = _tagged(eng)
     assert not (after[0] - before[0]) and not (after[1] - before[1]), (after[0] - before[0], after[1] - before[1])
     done = {(r["example_id"], r["rollout_index"]) for r in read_jsonl(out / "results.jsonl") if r["error"] is None}
-    res = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     recs = [r for r in read_jsonl(out / "results.jsonl") if r["error"] is None]
     keys = [(r["example_id"], r["rollout_index"]) for r in recs]

@@ -29,8 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toolgym.types import (MAX_ARG_DEPTH, MAX_PARSED_ARG_CHARS, AssistantTurn, ToolCall, argument_error, kept_text,
-                           nesting_depth)
+from toolgym.types import (
+    MAX_ARG_DEPTH,
+    MAX_PARSED_ARG_CHARS,
+    AssistantTurn,
+    ToolCall,
+    argument_error,
+    kept_text,
+    nesting_depth,
+)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
 def exit_on_sigterm() -> None:
     """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does, so that the server unwinds and drops its
     session databases (the default action ends the process at once, leaving them behind)."""
-    def on_term(signum, frame):  # noqa: ARG001
+    def on_term(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
         raise KeyboardInterrupt
 

@@ -48,7 +48,13 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool, StaticPool
 
 from mcp_server_sql.guards import Guards
-from mcp_server_sql.sqlcheck import PG_REFUSED_FUNCTIONS, SQLRefused, check_sql, expanded_size, refused_functions
+from mcp_server_sql.sqlcheck import (
+    PG_REFUSED_FUNCTIONS,
+    SQLRefused,
+    check_sql,
+    expanded_size,
+    refused_functions,
+)
 
 log = logging.getLogger("mcp_server_sql")
 
@@ -128,12 +134,12 @@ class Watchdog:
                         self._disarmed.discard(heapq.heappop(self._heap)[1])
                     now = time.monotonic()
                     if self._heap and self._heap[0][0] <= now:
-                        _, seq, fn = heapq.heappop(self._heap)
+                        fn = heapq.heappop(self._heap)[2]
                         break
                     self._cv.wait(self._heap[0][0] - now if self._heap else None)
             try:
                 fn()
-            except Exception:  # noqa: BLE001 - a failed cancel must not stop the other deadlines
+            except Exception:  # a failed cancel must not stop the other deadlines
                 log.exception("watchdog callback failed")
 
 

@@ -22,6 +22,7 @@ message). docs/security.md lists what each limit bounds and its default.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -202,10 +203,8 @@ class SessionRegistry:
         if entry.active:
             entry.closing = True  # the last call closes it
             return
-        try:
+        with contextlib.suppress(Exception):  # a session that fails to close must not stop the others
             entry.db.close()
-        except Exception:  # noqa: BLE001 - a session that fails to close must not stop the others
-            pass
 
     # --- handles -------------------------------------------------------------------------------------------
     def open(self, client: Hashable | None = None) -> str:

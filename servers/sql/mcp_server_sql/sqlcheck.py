@@ -270,12 +270,12 @@ def tokens(sql: str, dialect: str = "postgresql") -> list[str]:
 PG_REFUSED_FUNCTIONS: dict[str, str] = {}
 for _names, _why in (
     ("set_config", "it changes session settings (the time limit, the role)"),
-    ("pg_advisory_lock pg_advisory_lock_shared pg_advisory_xact_lock pg_advisory_xact_lock_shared pg_try_advisory_lock "
-     "pg_try_advisory_lock_shared pg_try_advisory_xact_lock pg_try_advisory_xact_lock_shared pg_advisory_unlock "
-     "pg_advisory_unlock_shared pg_advisory_unlock_all",
+    (("pg_advisory_lock pg_advisory_lock_shared pg_advisory_xact_lock pg_advisory_xact_lock_shared pg_try_advisory_lock "
+      "pg_try_advisory_lock_shared pg_try_advisory_xact_lock pg_try_advisory_xact_lock_shared pg_advisory_unlock "
+      "pg_advisory_unlock_shared pg_advisory_unlock_all"),
      "advisory locks live in PostgreSQL's lock table, shared by every session and database"),
-    ("lo_open lo_close loread lowrite lo_lseek lo_lseek64 lo_tell lo_tell64 lo_truncate lo_truncate64 lo_creat "
-     "lo_create lo_unlink lo_import lo_export lo_from_bytea lo_put lo_get",
+    (("lo_open lo_close loread lowrite lo_lseek lo_lseek64 lo_tell lo_tell64 lo_truncate lo_truncate64 lo_creat "
+      "lo_create lo_unlink lo_import lo_export lo_from_bytea lo_put lo_get"),
      "large objects live outside the tables (and are written even in a read-only transaction)"),
     ("pg_notify", "notifications go through a queue shared by the whole cluster"),
     ("pg_logical_emit_message", "it writes to the write-ahead log"),
