@@ -1,7 +1,8 @@
 """Evaluation runs: n examples x r rollouts through the rollout engine, streamed to a results folder.
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
-rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
+rollout finishes), `summary.json`, `rewards.png`, `servers/NAME.log` (each server's stderr). Statistics count every
+rollout, an errored one as a failure (`toolgym.stats`). `resume=True` keeps every finished rollout already in
 `results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
 to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
 are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
@@ -10,6 +11,7 @@ are removed -- so it stays valid JSONL with exactly one record per (example, rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 from toolgym.env import StatefulToolEnv
 from toolgym.journal import drop_torn_lines, first_finished, read_results, record_line, run_differences
+from toolgym.mcp_bridge import server_logs
 from toolgym.policies import Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
@@ -34,8 +37,12 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     success_threshold: float = 1.0,
     on_progress: Callable[[Trajectory], None] | None = None,
+    error_reward: float | None = None,
+    skipped_tasks: list[str] | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Run the evaluation; return (trajectories in job order, summary)."""
+    """Run the evaluation; return (trajectories in job order, summary). `error_reward`: what an errored rollout counts
+    as in the statistics (default: the env's `error_reward`, 0); `skipped_tasks`: the invalid tasks left out
+    (`toolgym.check`), reported in the summary."""
     keep: dict[tuple[int, int], Trajectory] = {}
     results_file = None
     if out_dir is not None:
@@ -59,22 +66,26 @@ async def evaluate(
     for t in keep.values():
         if on_progress:
             on_progress(t)
-    await env.start()
     try:
-        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
-            line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
-            results[(traj.example_id, traj.rollout_index)] = traj
-            if results_file is not None:
-                results_file.write(line)
-                results_file.flush()
-            if on_progress:
-                on_progress(traj)
+        with server_logs(out_dir / "servers") if out_dir is not None else contextlib.nullcontext():
+            await env.start()
+            async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+                line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
+                results[(traj.example_id, traj.rollout_index)] = traj
+                if results_file is not None:
+                    results_file.write(line)
+                    results_file.flush()
+                if on_progress:
+                    on_progress(traj)
     finally:
         if results_file is not None:
             results_file.close()
     ordered = [results[k] for k in sorted(results)]
     by = tuple(getattr(env, "report_by", ()) or ())
-    summary = summarize(ordered, success_threshold, by)
+    floor = env.error_reward if error_reward is None else error_reward
+    summary = summarize(ordered, success_threshold, by, floor)
+    if skipped_tasks:
+        summary["skipped_tasks"] = {"count": len(skipped_tasks), "tasks": skipped_tasks}
     summary["policy"] = policy.name
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
