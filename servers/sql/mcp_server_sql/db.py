@@ -41,6 +41,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -1145,9 +1146,14 @@ class PostgresBackend:
                 self._want.clear()
                 continue
             try:
-                self._ready.put(self._clone())
+                item = self._clone()
             except Exception:  # server gone or out of resources: retry slowly, new_session clones inline
                 self._closing.wait(1.0)
+                continue
+            if self._closing.is_set():  # closed while cloning: close() may have missed it
+                self.drop_session(item[0])
+            else:
+                self._ready.put(item)
 
     def new_session(self) -> PostgresSession:
         item = None
@@ -1171,12 +1177,16 @@ class PostgresBackend:
             pass
 
     def close(self):
+        """Drop every session database and role (in parallel: a server stopped with SIGTERM gets a few seconds before
+        SIGKILL), after the pool filler has finished -- and dropped -- the clone it was making."""
         self._closing.set()
         self._want.set()
         if self._filler is not None:
             self._filler.join(timeout=30)
-        for name in list(self.sessions):
-            self.drop_session(name)
+        names = list(self.sessions)
+        if names:
+            with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="pg-drop") as pool:
+                list(pool.map(self.drop_session, names))
         with contextlib.suppress(Exception):
             self._heartbeat.close()
         self.admin.dispose()
