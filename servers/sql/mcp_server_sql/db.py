@@ -147,6 +147,20 @@ class Watchdog:
 WATCHDOG = Watchdog()
 
 
+def in_parallel(fn: Callable[[Any], Any], items: list[Any], workers: int = 8) -> None:
+    """`fn(item)` for every item, on up to `workers` threads; one after another when threads cannot start any more
+    (at interpreter exit, where the registry's atexit close runs)."""
+    if len(items) > 1:
+        try:
+            with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="sql-close") as pool:
+                list(pool.map(fn, items))
+            return
+        except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+            pass
+    for item in items:
+        fn(item)
+
+
 class SQLError(Exception):
     """An error reported by the database (syntax, constraint, unknown column, ...)."""
 
@@ -1183,10 +1197,7 @@ class PostgresBackend:
         self._want.set()
         if self._filler is not None:
             self._filler.join(timeout=30)
-        names = list(self.sessions)
-        if names:
-            with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="pg-drop") as pool:
-                list(pool.map(self.drop_session, names))
+        in_parallel(self.drop_session, list(self.sessions))
         with contextlib.suppress(Exception):
             self._heartbeat.close()
         self.admin.dispose()

@@ -32,7 +32,6 @@ import time
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
@@ -40,7 +39,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_server_sql.db import Limits, Result, SessionDB, SQLError, SQLTimeout, make_backend, py_value
+from mcp_server_sql.db import Limits, Result, SessionDB, SQLError, SQLTimeout, in_parallel, make_backend, py_value
 from mcp_server_sql.sched import Scheduler
 from mcp_server_sql.sqlcheck import SQLRefused
 
@@ -301,9 +300,8 @@ class SessionRegistry:
             self._closed = True
             entries = list(self._dbs.values())
             self._dbs.clear()
-        if entries:  # in parallel: PostgreSQL drops a database per session (after SIGTERM there are a few seconds)
-            with ThreadPoolExecutor(max_workers=min(8, len(entries)), thread_name_prefix="session-close") as pool:
-                list(pool.map(self._close_quietly, entries))
+        # in parallel: PostgreSQL drops a database per session (after SIGTERM there are a few seconds)
+        in_parallel(self._close_quietly, entries)
         self.backend.close()
 
     @staticmethod
