@@ -34,21 +34,18 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     success_threshold: float = 1.0,
     on_progress: Callable[[Trajectory], None] | None = None,
+    seed: int | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Run the evaluation; return (trajectories in job order, summary)."""
+    """Run the evaluation; return (trajectories in job order, summary). `seed`: each rollout's sampling is seeded by
+    (seed, example, rollout) (`toolgym.rollout.rollout_seed`), so the run can be reproduced -- and resumed -- whatever
+    the concurrency."""
     keep: dict[tuple[int, int], Trajectory] = {}
     results_file = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         run_file = out_dir / "run.json"
         info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
-        if resume and run_file.exists():
-            old = json.loads(run_file.read_text())
-            diff = run_differences(old, info, ("env", "model", "n", "rollouts_per_example", "env_args", "seed"))
-            if diff:
-                raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
-        elif not resume and (out_dir / "results.jsonl").exists():
-            raise FileExistsError(f"{out_dir}/results.jsonl exists: pass --resume to continue it or choose --out")
+        check_run_folder(out_dir, info, resume)
         run_file.write_text(json.dumps(info, indent=2, default=str))
         if resume:  # the file keeps one finished record per rollout; the rest run again
             drop_torn_lines(out_dir / "results.jsonl", first_finished())
@@ -61,7 +58,7 @@ async def evaluate(
             on_progress(t)
     await env.start()
     try:
-        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+        async for _, traj in iter_rollouts(env, policy, jobs, concurrency, seed):
             results[(traj.example_id, traj.rollout_index)] = traj
             if results_file is not None:
                 results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
@@ -75,6 +72,9 @@ async def evaluate(
     by = tuple(getattr(env, "report_by", ()) or ())
     summary = summarize(ordered, success_threshold, by)
     summary["policy"] = policy.name
+    summary["answer_key"] = bool(getattr(policy, "answer_key", False))
+    if run_info and "sampling" in run_info:
+        summary["sampling"] = run_info["sampling"]
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
     if env.provider is not None:
@@ -86,6 +86,41 @@ async def evaluate(
         if summary.get("by"):
             plot_breakdown(summary["by"], report_names(env), out_dir / "breakdown.png", title=title)
     return ordered, summary
+
+
+RESUME_KEYS = ("env", "model", "n", "rollouts_per_example", "env_args", "seed")
+"""What a resumed run must share with the run in its folder (the sampling may change: it is recorded, not checked)."""
+
+
+def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool) -> tuple[int, int]:
+    """Check, before anything is loaded, that a run described by `info` (with `n` and `rollouts_per_example`) may
+    write to `out_dir`: a folder with results needs `resume`, and a resumed one must hold the same run (a
+    `ValueError` naming the differences; `FileExistsError` without `resume`). Returns (rollouts already finished,
+    rollouts in the run)."""
+    total = int(info["n"]) * int(info["rollouts_per_example"])
+    run_file, results = out_dir / "run.json", out_dir / "results.jsonl"
+    if not resume:
+        if results.exists():
+            raise FileExistsError(f"{results} exists: pass --resume to continue it or choose --out")
+        return 0, total
+    if run_file.exists():
+        diff = run_differences(json.loads(run_file.read_text()), info, RESUME_KEYS)
+        if diff:
+            raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
+    keep = first_finished()
+    done = set()
+    if results.exists():
+        for line in results.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and keep(rec):
+                key = (rec.get("example_id"), rec.get("rollout_index"))
+                if isinstance(key[0], int) and isinstance(key[1], int) and key[0] < int(info["n"]) \
+                        and key[1] < int(info["rollouts_per_example"]):
+                    done.add(key)
+    return len(done), total
 
 
 def report_names(env: StatefulToolEnv) -> list[str]:
