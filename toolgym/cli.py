@@ -160,7 +160,8 @@ def eval_cmd(
     except (FileExistsError, ValueError) as exc:
         _fail(str(exc))
     if resume:
-        console.print(f"--resume: {done} of {total} rollouts already done in {out}; running the other {total - done}")
+        console.print(f"--resume: {done} of {total} rollouts already done in {out}; running the other {total - done}",
+                      soft_wrap=True)
     try:
         policy = load_policy(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:

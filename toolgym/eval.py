@@ -71,7 +71,7 @@ async def evaluate(
     ordered = [results[k] for k in sorted(results)]
     by = tuple(getattr(env, "report_by", ()) or ())
     summary = summarize(ordered, success_threshold, by)
-    summary["policy"] = policy.name
+    summary["policy"] = (run_info or {}).get("model") or policy.name  # the URI the run named, else the policy's name
     summary["answer_key"] = bool(getattr(policy, "answer_key", False))
     if run_info and "sampling" in run_info:
         summary["sampling"] = run_info["sampling"]
