@@ -12,11 +12,13 @@ query. `submit_answer` ends the rollout. Fallback (no call): a final assistant m
 `<answer>...</answer>` (or a ```sql block) counts as the submission.
 
 Rewards (weight 1 each; a task gets its reward from the one that applies to its kind, the other returns 0):
-  execution_match: the submitted query's result, run on a fresh copy of the database, equals the gold result
-                   (multiset of rows, in order when the gold query has a top-level ORDER BY; numbers with tolerance);
-  state_match:     every table of the session database, dumped at the end through a hidden tool, equals the goal
-                   state (tables the gold writes change, compared row by row; all other tables unchanged, by digest).
-  efficiency:      optional (weight `efficiency_weight`, default 0 = metric): min(1, gold calls / model calls).
+
+- `execution_match`: the submitted query's result, run on a fresh copy of the database, equals the gold result
+  (multiset of rows, in order when the gold query has a top-level ORDER BY; numbers with tolerance);
+- `state_match`: every table of the session database, dumped at the end through a hidden tool, equals the goal
+  state (tables the gold writes change, compared row by row; all other tables unchanged, by digest);
+- `efficiency`: optional (weight `efficiency_weight`, default 0 = metric): min(1, gold calls / model calls).
+
 Metrics: correct, refusals (calls refused by the server's safety policy), tool_errors, num_sql_calls.
 Tool-call accuracy (parse/name/args/exec) comes from the framework.
 """
