@@ -17,12 +17,14 @@ the clients are `mcp.Client` sessions over HTTP in this process, each calling `s
                  pool serve keeps for such servers
 
 Policies: `scripted` (`-m scripted:minimax`) and `model` (no `-m`: the embedded checkpoint, greedy). The ratio
-column divides each row's calls/s by `before`'s for the same policy and client count, measured in the same run.
-Start-up: seconds from spawning the process to the `ready` line (absent before), to the first answered
-`initialize` and to the first answered `suggest_move` (with the model: after it loaded). Server CPU is the process
-tree's user+system time over the measured window per call; processes and RSS are the peak of the server's tree
-while 10 clients run. Prints the table, the machine's load average before and after, and writes
-benchmarks/results/bench_serve.json.
+column divides each row's calls/s by `before`'s for the same policy and client count, measured in the same run;
+`÷ before` is how many times less server CPU a call takes than `before`'s. Start-up: seconds from spawning the process to the `ready` line (absent before), to the first answered
+`initialize` and to the first answered `suggest_move` (with the model: after it loaded). Then 3 s of 10 clients
+warm up (not counted). Server CPU is the process tree's user+system time over the measured window per call (the
+column least moved by other jobs on the machine: on a crowded machine a server of many processes gets a larger
+share of the CPU than one process, so calls/s ratios shrink there while CPU per call does not); processes and RSS
+are the peak of the server's tree while the clients run. Prints the table, the machine's load average before and
+after, and writes benchmarks/results/bench_serve.json.
 """
 
 from __future__ import annotations
@@ -210,6 +212,7 @@ async def bench(config: str, policy: str, code: Path, duration: float) -> dict[s
         await srv.start()
         row: dict[str, Any] = {"config": config, "policy": policy, "ready_s": srv.ready_s, "init_s": srv.init_s,
                                "first_s": srv.first_s, "runs": []}
+        await load(srv, 10, min(3.0, duration), seed=99)  # warm-up, not counted (first batches, caches, pools)
         for clients in (1, 10):
             row["runs"].append(await load(srv, clients, duration, seed=clients))
         return row
@@ -219,20 +222,20 @@ async def bench(config: str, policy: str, code: Path, duration: float) -> dict[s
 
 def table(rows: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("policy", "config", "clients", "calls/s", "× before", "p50 ms", "CPU s/call", "procs", "RSS MiB",
-                "errors", "ready s", "initialize s", "1st answer s"):
+    for col in ("policy", "config", "clients", "calls/s", "× before", "p50 ms", "CPU s/call", "÷ before", "procs",
+                "RSS MiB", "errors", "ready s", "initialize s", "1st answer s"):
         t.add_column(col, justify="left" if col in ("policy", "config") else "right")
-    base = {(r["policy"], run["clients"]): run["calls_per_s"] for r in rows if r["config"] == "before"
-            for run in r["runs"]}
+    base = {(r["policy"], run["clients"]): run for r in rows if r["config"] == "before" for run in r["runs"]}
     for r in rows:
         for i, run in enumerate(r["runs"]):
             b = base.get((r["policy"], run["clients"]))
-            ratio = f"{run['calls_per_s'] / b:.1f}" if b else "-"
+            ratio = f"{run['calls_per_s'] / b['calls_per_s']:.1f}" if b and b["calls_per_s"] else "-"
+            cpu_ratio = f"{b['cpu_s_per_call'] / run['cpu_s_per_call']:.1f}" if b and run["cpu_s_per_call"] else "-"
             start = [f"{r[k]:.1f}" if r[k] is not None else "-" for k in ("ready_s", "init_s", "first_s")] \
                 if i == 0 else ["", "", ""]
             t.add_row(r["policy"] if i == 0 else "", r["config"] if i == 0 else "", str(run["clients"]),
                       f"{run['calls_per_s']:.2f}", ratio, f"{run['p50_ms']:.0f}", f"{run['cpu_s_per_call']:.3f}",
-                      str(run["procs"]), f"{run['rss_mib']:.0f}", str(run["errors"]), *start)
+                      cpu_ratio, str(run["procs"]), f"{run['rss_mib']:.0f}", str(run["errors"]), *start)
     return t
 
 

@@ -8,8 +8,8 @@ collide), its `ready:` line awaited.
 
 Two commands are not run, on purpose: `./setup.sh` (CI runs it on its fresh clone before the tests: the venv under
 test is its result; running it here would reinstall into that venv) and `python -m pytest` (this suite). The default
-suite runs the quick steps (envs, tools, the scripted eval, serve and the client); `-m slow` runs every step,
-the default-model eval and the training tour included, and prints each step's time.
+suite runs the quick steps (envs, tools, the scripted eval); `-m slow` runs every step -- the default-model eval,
+the training tour, serve and its client included -- and prints each step's time.
 
 Outside a plain checkout (a git worktree run with PYTHONPATH pointing at its code), that PYTHONPATH is kept, so the
 code under test is what runs; a plain checkout has none.
@@ -35,6 +35,7 @@ _FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^ *```", re.M | re.S)
 NOT_RUN = {"./setup.sh": "CI runs it on the fresh clone before the tests; the venv under test is its result",
            ".venv/bin/python -m pytest": "the test suite itself"}
 HEAVY = re.compile(r"toolgym (model|synth|sft)\b|toolgym eval tictactoe($| -m hf:)")
+SERVES = re.compile(r"toolgym serve\b|python call\.py")  # the embedded model loads: 10-40 s
 
 
 @dataclass
@@ -103,6 +104,8 @@ def matches(expected: str, output: str) -> list[str]:
 
 
 def run_page(tmp: Path, include_heavy: bool) -> list[tuple[str, float]]:
+    """Run the page's steps in order (`include_heavy`: also the model eval, the training tour, serve and its client);
+    returns (command, seconds) for each step run."""
     from toolgym.sandbox import free_port
 
     repo, env = checkout(tmp), fresh_env(tmp / "home")
@@ -111,7 +114,8 @@ def run_page(tmp: Path, include_heavy: bool) -> list[tuple[str, float]]:
     times: list[tuple[str, float]] = []
     try:
         for step in STEPS:
-            if step.command in NOT_RUN or (HEAVY.search(step.command) and not include_heavy):
+            if step.command in NOT_RUN or ((HEAVY.search(step.command) or SERVES.search(step.command))
+                                           and not include_heavy):
                 continue
             command = step.command.replace("8770", port)
             if step.file is not None:
@@ -163,13 +167,14 @@ def test_the_page_calls_programs_by_their_venv_path() -> None:
 def test_quick_steps_work_in_a_fresh_shell(tmp_path: Path) -> None:
     times = run_page(tmp_path, include_heavy=False)
     ran = " ".join(c for c, _ in times)
-    assert "toolgym envs" in ran and "toolgym serve" in ran and "python call.py" in ran
+    assert "toolgym envs" in ran and "toolgym tools" in ran and "-m scripted:minimax" in ran
 
 
 @pytest.mark.slow  # the default model's 20 games and the training tour: several minutes
 def test_every_step_works_in_a_fresh_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     times = run_page(tmp_path, include_heavy=True)
     assert sum(HEAVY.search(c) is not None for c, _ in times) == 5
+    assert sum(SERVES.search(c) is not None for c, _ in times) == 2
     with capsys.disabled():
         print("\ngetting-started.md, seconds per step:")
         for command, seconds in times:

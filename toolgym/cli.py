@@ -367,6 +367,13 @@ def serve_cmd(
         _fail(str(exc))
     if heavy:  # weights load in a background thread; `initialize` and `tools/list` answer meanwhile
         policy: Any = ThreadPoolExecutor(1, thread_name_prefix="toolgym-model-load").submit(load)
+
+        def loaded(future: Any) -> None:
+            exc = future.exception()
+            log(f"error: the model failed to load (every call will say so): {type(exc).__name__}: {exc}" if exc
+                else f"model loaded ({time.perf_counter() - t0:.1f}s after start)")
+
+        policy.add_done_callback(loaded)
     else:
         policy = load()
         try:

@@ -337,7 +337,7 @@ class AgentServer(MCPServer):
 def _one_line(exc: pydantic.ValidationError, arguments: dict[str, Any]) -> str:
     """`invalid argument max_turns=true: Input should be a valid integer` (the first error; JSON spelling)."""
     err = exc.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if p not in ("run_agentArguments",)]
+    loc = [str(p) for p in err.get("loc", ())]
     field = ".".join(loc) or "arguments"
     value = arguments.get(loc[0]) if loc else None
     shown = json.dumps(value, default=str)
