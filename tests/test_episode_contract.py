@@ -156,9 +156,9 @@ def via_trl() -> tuple[list[dict[str, Any]], list[int]]:
                         completion.append({"role": "tool", "name": n, "content": str(results[j])})
                 got = {n: f(completions=[completion], environments=[inst])[0]
                        for n, f in zip(names, tg.reward_funcs(), strict=True)}
-                rewards, metrics, _ = tg.run(inst._scored(completion))
+                ep = tg.episode_of(inst)
+                rewards, metrics, _ = next(score for e, score in tg.episodes() if e is ep)
                 assert {n: v for n, v in got.items() if n in rewards} == rewards  # TRL's view of the same scores
-                ep = inst._episode
                 pids.append(ep.state["counter_pid"])
                 calls = _scored_calls(ep, completion, tg.env.max_turns)
                 out.append({"rewards": rewards, "metrics": metrics, "records": record_view(calls),

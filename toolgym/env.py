@@ -180,10 +180,6 @@ class StatefulToolEnv:
             self.server = server  # type: ignore[misc]
         if servers is not None:
             self.servers = list(servers)  # type: ignore[misc]
-        for key, value in (("max_turns", max_turns), ("tool_timeout", tool_timeout), ("on_no_call", on_no_call),
-                           ("session_scope", session_scope)):
-            if value is not None:
-                setattr(self, key, value)
         self.rubric: Rubric = self.build_rubric()
         self.tools: dict[str, ToolInfo] = {}
         self._provider: SessionProvider | MultiProvider | None = None

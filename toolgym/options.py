@@ -39,6 +39,7 @@ are checked by name through the same `check_known` (`toolgym.policies.base.check
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import json
 import types
@@ -198,12 +199,24 @@ def declared_options(factory: Callable[..., Any]) -> dict[str, EnvOption] | None
 
 
 def class_defaults(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark an `__init__` whose `None` defaults for `names` mean "the class attribute of the same name": the
-    declared default of each is then the env class's value (what `toolgym envs` shows)."""
+    """Decorate an `__init__` whose `None` defaults for `names` mean "the class attribute of the same name": a value
+    given (not None) is set on the instance before the body runs, and the declared default of each is the env
+    class's value (what `toolgym envs` shows). The option is then spelled twice: the class attribute and the
+    parameter."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn._toolgym_class_defaults = names  # type: ignore[attr-defined]
-        return fn
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+            given = sig.bind_partial(self, *args, **kwargs).arguments
+            for name in names:
+                if given.get(name) is not None:
+                    setattr(self, name, given[name])
+            return fn(self, *args, **kwargs)
+
+        init._toolgym_class_defaults = names  # type: ignore[attr-defined]
+        return init
 
     return mark
 
