@@ -171,6 +171,7 @@ def test_quick_steps_work_in_a_fresh_shell(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # the default model's 20 games and the training tour: several minutes
+@pytest.mark.timeout(1800)
 def test_every_step_works_in_a_fresh_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     times = run_page(tmp_path, include_heavy=True)
     assert sum(HEAVY.search(c) is not None for c, _ in times) == 5

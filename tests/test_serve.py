@@ -454,7 +454,7 @@ def test_the_queue_wait_counts_inside_the_timeout():
     assert srv.agent.stats["timeouts"] == 1
 
 
-@pytest.mark.parametrize("argv, message", [
+BAD_OPTIONS = [
     (["--max-concurrency", "0"], "error: --max-concurrency must be an integer >= 1 (agent runs in flight at once), got 0"),
     (["--max-concurrency", "-1"], "error: --max-concurrency must be an integer >= 1"),
     (["--timeout", "0"], "error: --timeout must be a positive number of seconds, got 0"),
@@ -463,18 +463,35 @@ def test_the_queue_wait_counts_inside_the_timeout():
     (["--transport", "streamable-http", "--port", "70000"], "error: --port must be from 1 to 65535, got 70000"),
     (["-a", "max_turns=true"], "error: tictactoe: option max_turns='true': a boolean is not a number (int, >= 1)"),
     (["-m", "hf:/no/such/model"], "error: no such model folder"),
-])
-def test_bad_serve_options_are_one_line_errors_before_anything_starts(argv, message):
-    """Each bad option is one line on the terminal and exit code 2, before a server or model starts (the real
-    command, a subprocess)."""
-    import subprocess
+]
 
-    proc = subprocess.run([TOOLGYM, "serve", "tictactoe", "-m", "scripted:minimax", *argv], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "300"})
-    out = (proc.stdout + proc.stderr).strip()
-    assert proc.returncode == 2, out
+
+@pytest.mark.parametrize("argv, message", BAD_OPTIONS)
+def test_bad_serve_options_are_one_line_errors_before_anything_starts(argv, message, monkeypatch):
+    """Each bad option is one line and exit code 2, before a server starts (the CLI with its transport recorded)."""
+    from mcp.server.mcpserver import MCPServer
+    from typer.testing import CliRunner
+
+    from toolgym.cli import app
+
+    served = []
+    monkeypatch.setattr(MCPServer, "run", lambda self, *a, **kw: served.append(self))
+    res = CliRunner().invoke(app, ["serve", "tictactoe", "-m", "scripted:minimax", *argv], terminal_width=300)
+    out = res.output.strip()
+    assert res.exit_code == 2 and not served, out
     assert out.startswith(message) and len(out.splitlines()) == 1, out
     assert "Traceback" not in out and "ready:" not in out
+
+
+def test_a_bad_serve_option_is_one_line_on_a_real_terminal():
+    """The real command (a subprocess): `--max-concurrency 0` prints one line and exits 2 at once (it used to start
+    and hang every call forever)."""
+    import subprocess
+
+    proc = subprocess.run([TOOLGYM, "serve", "tictactoe", "--max-concurrency", "0"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "300"})
+    out = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 2 and out == BAD_OPTIONS[0][1], out
 
 
 def test_ready_line_on_stderr_for_stdio_and_http(tmp_path):

@@ -327,8 +327,9 @@ def serve_cmd(
                                              help="Sampling temperature (default: the env's, e.g. 0 for tic-tac-toe)"),
     top_p: float | None = typer.Option(None, "--top-p"),
     max_tokens: int | None = typer.Option(None, "--max-tokens"),
-    seed: int | None = typer.Option(None, "--seed", help="Sampling seed of the policy (each request is also "
-                                                         "seeded by its own arguments)"),
+    seed: int | None = typer.Option(None, "--seed", help="Mixed into every request's sampling seed (each request is "
+                                                         "seeded by its own arguments: asking again gives the same "
+                                                         "answer)"),
     env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable; default: "
                                                                    "the env's serve defaults, e.g. transport=inprocess)"),
     model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
@@ -358,7 +359,7 @@ def serve_cmd(
         problem = port_problem(host, port)
         if problem:
             _fail(problem)
-    env_args, env = serve_env(env_name, env_arg)
+    _, env = serve_env(env_name, env_arg)
     model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature, "top_p": top_p,
                                                 "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
     try:
@@ -380,7 +381,8 @@ def serve_cmd(
             asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
         except PolicyUnavailable as exc:
             _fail(str(exc))
-    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency, policy_name=model)
+    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency, policy_name=model,
+                             seed=options.get("seed"))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     server_kind = env.server.describe() if env.server is not None else "env tools only"
     about = (f"toolgym serve {env_name}: policy {model} (sampling: {sampling_text(model, options)}), env server "

@@ -17,7 +17,7 @@ from typing import Any
 
 from toolgym.env import StatefulToolEnv
 from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
-from toolgym.policies import Policy
+from toolgym.policies import SAMPLING_OPTIONS, Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
 from toolgym.types import Trajectory
@@ -73,8 +73,8 @@ async def evaluate(
     summary = summarize(ordered, success_threshold, by)
     summary["policy"] = (run_info or {}).get("model") or policy.name  # the URI the run named, else the policy's name
     summary["answer_key"] = bool(getattr(policy, "answer_key", False))
-    if run_info and "sampling" in run_info:
-        summary["sampling"] = run_info["sampling"]
+    if run_info and "sampling" in run_info:  # the sampling options among the policy's (run.json keeps them all)
+        summary["sampling"] = {k: v for k, v in run_info["sampling"].items() if k in SAMPLING_OPTIONS}
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
     if env.provider is not None:

@@ -100,11 +100,11 @@ def check_serve_options(timeout_s: float, max_concurrency: int) -> None:
                                f"{max_concurrency!r}")
 
 
-def request_seed(task: dict[str, Any]) -> int:
-    """The sampling seed of a served request: a function of its task row alone, so the same request (same arguments)
-    is sampled the same whatever else is running."""
+def request_seed(task: dict[str, Any], base: int | None = None) -> int:
+    """The sampling seed of a served request: a function of its task row (and of serve's `--seed`, `base`) alone, so
+    the same request (same arguments) is sampled the same whatever else is running."""
     text = json.dumps(task, sort_keys=True, default=str)
-    return random.Random(f"toolgym-serve:{text}").getrandbits(62)
+    return random.Random(f"toolgym-serve:{base}:{text}").getrandbits(62)
 
 
 class Agent:
@@ -114,13 +114,14 @@ class Agent:
     already answers `initialize` and `tools/list`): requests wait for it, within their timeout."""
 
     def __init__(self, env: StatefulToolEnv, policy: Policy | Future[Policy], timeout_s: float = 120.0,
-                 max_concurrency: int = 16, max_request_chars: int = MAX_REQUEST_CHARS) -> None:
+                 max_concurrency: int = 16, max_request_chars: int = MAX_REQUEST_CHARS, seed: int | None = None
+                 ) -> None:
         check_serve_options(timeout_s, max_concurrency)
         spec = env.server
         if env.session_scope == "rollout" and spec is not None and spec.kind != "inprocess" and not spec.prestart:
             # a process per request: keep a few started ahead (the env's own server object is left untouched)
             env.server = dataclasses.replace(spec, prestart=min(WARM_SESSIONS, max_concurrency))  # type: ignore[misc]
-        self.env = env
+        self.env, self.seed = env, seed  # `seed`: mixed into every request's sampling seed (`--seed`)
         self._policy = policy
         self.timeout_s, self.max_concurrency, self.max_request_chars = timeout_s, max_concurrency, max_request_chars
         self._sem = asyncio.Semaphore(max_concurrency)
@@ -151,7 +152,7 @@ class Agent:
                 self._started = True
 
     async def run(self, task: dict[str, Any], max_turns: int | None = None, seed: int | None = None) -> Trajectory:
-        """One rollout for one request (sampling seeded by `seed`, default `request_seed(task)`), within the timeout
+        """One rollout for one request (sampling seeded by `seed`, default `request_seed(task, self.seed)`), within the timeout
         -- the wait for a free slot and for the model included. Raises `ToolError` (shown to the client) on timeout or
         failure."""
         if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int)
@@ -162,8 +163,8 @@ class Agent:
         t0 = time.perf_counter()
         waited = {"s": 0.0}
         try:
-            traj = await asyncio.wait_for(self._run(task, max_turns, request_seed(task) if seed is None else seed,
-                                                    t0, waited), self.timeout_s)
+            seed = request_seed(task, self.seed) if seed is None else seed
+            traj = await asyncio.wait_for(self._run(task, max_turns, seed, t0, waited), self.timeout_s)
         except TimeoutError:
             self.stats["timeouts"] += 1
             queue = f" ({waited['s']:.1f}s of it waiting for one of the {self.max_concurrency} run slots)" \
@@ -347,11 +348,12 @@ def _one_line(exc: pydantic.ValidationError, arguments: dict[str, Any]) -> str:
 
 
 def build_agent_server(env: StatefulToolEnv, policy: Policy | Future[Policy], timeout_s: float = 120.0,
-                       max_concurrency: int = 16, name: str | None = None, policy_name: str | None = None
-                       ) -> MCPServer:
+                       max_concurrency: int = 16, name: str | None = None, policy_name: str | None = None,
+                       seed: int | None = None) -> MCPServer:
     """An MCP server exposing the agent. Use `.run("stdio")`, `serve_http(...)` or a client in-process (`policy` may
-    be the `Future` of a policy loading in the background; `policy_name` then names it)."""
-    agent = Agent(env, policy, timeout_s, max_concurrency)
+    be the `Future` of a policy loading in the background; `policy_name` then names it; `seed` is mixed into every
+    request's sampling seed)."""
+    agent = Agent(env, policy, timeout_s, max_concurrency, seed=seed)
     who = policy_name or getattr(policy, "name", "policy")
     srv = AgentServer(name or f"toolgym-agent-{env.name}",
                     instructions=f"A {who} agent trained on the {env.name} environment.",
