@@ -233,7 +233,7 @@ def test_every_served_tool_has_a_typed_output_schema():
     assert schemas["suggest_move"]["properties"]["status"]["anyOf"][0]["enum"] == ["agent_won", "draw", "in_progress"]
 
 
-def test_the_default_serves_in_process_and_spawns_no_process_per_request():
+def test_the_default_serves_in_process_and_spawns_no_process_per_request(tmp_path):
     """Plain `toolgym serve tictactoe` (no -a): the env's server runs in the serving process (its `serve_defaults`),
     so 30 requests start no process at all; `-a transport=stdio` starts one env server for all of them (the env's
     shared session), not one each. Process trees sampled every 10 ms while the calls run (psutil)."""
@@ -250,7 +250,7 @@ def test_the_default_serves_in_process_and_spawns_no_process_per_request():
                 time.sleep(0.01)
 
         async def go():
-            errlog = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve-{os.getpid()}-{len(args)}.log"
+            errlog = tmp_path / f"serve-{len(args)}.log"
             with errlog.open("w") as err:
                 async with Client(stdio_client(_params("tictactoe", "-m", "scripted:minimax", *args),
                                                errlog=err)) as c:
