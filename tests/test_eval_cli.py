@@ -59,9 +59,10 @@ def test_endpoint_errors_after_retries_are_rollout_errors(tmp_path: Path) -> Non
     with StubEndpoint(fail_first=10_000) as stub:
         code, text = _eval("-n", "2", "-m", "openai:stub", "--base-url", stub.url, "-o", str(tmp_path / "r"),
                            "-a", "transport=inprocess", "--model-arg", "backoff_s=0.001", "--model-arg", "max_retries=2")
-    assert code == 0, text
+    assert code == 3, text  # every rollout errored: the results are written, and the exit code says so
+    assert text.strip().splitlines()[-1].startswith("error: all 2 rollouts errored: EndpointError x2")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["errors"] == 2 and stub.requests == 6
+    assert summary["errors"] == 2 and summary["error_rate"] == 1.0 and stub.requests == 6
     assert "HTTP 503" in read_jsonl(tmp_path / "r" / "results.jsonl")[0]["error"]
 
 

@@ -148,6 +148,11 @@ class StatefulToolEnv:
     """The user message a turn without a call gets under `on_no_call = "nudge"`."""
     max_tool_output_chars: int = 20_000
     """Tool results longer than this are truncated (with a note) before the model sees them."""
+    call_match_mode: str | dict[str, Any] = "exact"
+    """How arguments of a task's `expected_calls` compare when the expected call's `match` does not say
+    (`toolgym.accuracy.MATCH_MODES`: exact, case_insensitive, normalized, numeric, regex, set)."""
+    error_reward: float = 0.0
+    """The reward an errored rollout counts with in eval statistics (means, CIs, pass@k): a failure, at this floor."""
     rubric: Rubric
     """The reward functions (built once per env by `build_rubric`)."""
     tools: dict[str, ToolInfo]
@@ -284,8 +289,8 @@ class StatefulToolEnv:
                 raise ValueError(f"{type(self).__name__} has no server and no env tools")
             return
         else:
-            self._provider = SessionProvider(self.server, self.session_scope)
-        session = await self._provider.acquire()
+            self._provider = SessionProvider(self.server, self.session_scope, self.name)
+        session = await self._provider.acquire(rollout=False)
         try:
             self.tools = {t.name: t for t in await session.list_tools()}
         finally:
@@ -334,6 +339,21 @@ class StatefulToolEnv:
         if self.servers:
             return "the servers " + ", ".join(f"{b.name}={b.spec.describe()}" for b in self.servers)
         return f"the server {self.server.describe()}" if self.server else "no server"
+
+    def is_error_text(self, tool: str, text: str) -> bool:
+        """Whether a tool result's text is an error by the `error_patterns` of the server that offers `tool` (for
+        servers that answer errors as ordinary text, without the MCP error flag)."""
+        if self.servers:
+            name = self.server_of(tool)
+            spec = next((b.spec for b in self.servers if b.name == name), None)
+        else:
+            spec = self.server
+        return spec is not None and spec.is_error_text(text)
+
+    def task_source(self, index: int) -> str:
+        """Where task `index` of the last `build_dataset` comes from, for messages (`FILE:LINE` for a task file);
+        default `task #index`."""
+        return f"task #{index}"
 
     def is_visible(self, tool: str) -> bool:
         """Whether the model may call `tool` (an env tool, or a server tool neither hidden nor outside

@@ -1,7 +1,8 @@
 """Evaluation runs: n examples x r rollouts through the rollout engine, streamed to a results folder.
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
-rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
+rollout finishes), `summary.json`, `rewards.png`, `servers/NAME.log` (each server's stderr). Statistics count every
+rollout, an errored one as a failure (`toolgym.stats`). `resume=True` keeps every finished rollout already in
 `results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
 to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
 are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
@@ -10,12 +11,14 @@ are removed -- so it stays valid JSONL with exactly one record per (example, rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
+from toolgym.mcp_bridge import server_logs
 from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
 from toolgym.policies import SAMPLING_OPTIONS, Policy
 from toolgym.rollout import iter_rollouts
@@ -34,11 +37,14 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     success_threshold: float = 1.0,
     on_progress: Callable[[Trajectory], None] | None = None,
+    error_reward: float | None = None,
+    skipped_tasks: list[str] | None = None,
     seed: int | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Run the evaluation; return (trajectories in job order, summary). `seed`: each rollout's sampling is seeded by
-    (seed, example, rollout) (`toolgym.rollout.rollout_seed`), so the run can be reproduced -- and resumed -- whatever
-    the concurrency."""
+    """Run the evaluation; return (trajectories in job order, summary). `error_reward`: what an errored rollout counts
+    as in the statistics (default: the env's `error_reward`, 0); `skipped_tasks`: the invalid tasks left out
+    (`toolgym.check`), reported in the summary; `seed`: each rollout's sampling is seeded by (seed, example, rollout)
+    (`toolgym.rollout.rollout_seed`), so the run can be reproduced -- and resumed -- whatever the concurrency."""
     keep: dict[tuple[int, int], Trajectory] = {}
     results_file = None
     if out_dir is not None:
@@ -56,21 +62,25 @@ async def evaluate(
     for t in keep.values():
         if on_progress:
             on_progress(t)
-    await env.start()
     try:
-        async for _, traj in iter_rollouts(env, policy, jobs, concurrency, seed):
-            results[(traj.example_id, traj.rollout_index)] = traj
-            if results_file is not None:
-                results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
-                results_file.flush()
-            if on_progress:
-                on_progress(traj)
+        with server_logs(out_dir / "servers") if out_dir is not None else contextlib.nullcontext():
+            await env.start()
+            async for _, traj in iter_rollouts(env, policy, jobs, concurrency, seed):
+                results[(traj.example_id, traj.rollout_index)] = traj
+                if results_file is not None:
+                    results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
+                    results_file.flush()
+                if on_progress:
+                    on_progress(traj)
     finally:
         if results_file is not None:
             results_file.close()
     ordered = [results[k] for k in sorted(results)]
     by = tuple(getattr(env, "report_by", ()) or ())
-    summary = summarize(ordered, success_threshold, by)
+    floor = env.error_reward if error_reward is None else error_reward
+    summary = summarize(ordered, success_threshold, by, floor)
+    if skipped_tasks:
+        summary["skipped_tasks"] = {"count": len(skipped_tasks), "tasks": skipped_tasks}
     summary["policy"] = (run_info or {}).get("model") or policy.name  # the URI the run named, else the policy's name
     summary["answer_key"] = bool(getattr(policy, "answer_key", False))
     if run_info and "sampling" in run_info:  # the sampling options among the policy's (run.json keeps them all)
@@ -92,11 +102,12 @@ RESUME_KEYS = ("env", "model", "n", "rollouts_per_example", "env_args", "seed")
 """What a resumed run must share with the run in its folder (the sampling may change: it is recorded, not checked)."""
 
 
-def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool) -> tuple[int, int]:
+def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool, keys: tuple[str, ...] | None = None
+                     ) -> tuple[int, int]:
     """Check, before anything is loaded, that a run described by `info` (with `n` and `rollouts_per_example`) may
-    write to `out_dir`: a folder with results needs `resume`, and a resumed one must hold the same run (a
-    `ValueError` naming the differences; `FileExistsError` without `resume`). Returns (rollouts already finished,
-    rollouts in the run)."""
+    write to `out_dir`: a folder with results needs `resume`, and a resumed one must hold the same run on `keys`
+    (default `RESUME_KEYS`; a `ValueError` naming the differences; `FileExistsError` without `resume`). Returns
+    (rollouts already finished, rollouts in the run)."""
     total = int(info["n"]) * int(info["rollouts_per_example"])
     run_file, results = out_dir / "run.json", out_dir / "results.jsonl"
     if not resume:
@@ -104,7 +115,7 @@ def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool) -> tuple
             raise FileExistsError(f"{results} exists: pass --resume to continue it or choose --out")
         return 0, total
     if run_file.exists():
-        diff = run_differences(json.loads(run_file.read_text()), info, RESUME_KEYS)
+        diff = run_differences(json.loads(run_file.read_text()), info, keys or RESUME_KEYS)
         if diff:
             raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
     keep = first_finished()

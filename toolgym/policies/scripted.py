@@ -24,9 +24,10 @@ TurnFn = Callable[[list[dict[str, Any]], dict[str, Any]], AssistantTurn]
 _ids = itertools.count()
 
 
-def call(name: str, **arguments: Any) -> ToolCall:
-    """A well-formed tool call with a fresh id."""
-    return ToolCall(name=name, arguments=arguments, id=f"call_{next(_ids)}")
+def call(name: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> ToolCall:
+    """A well-formed tool call with a fresh id: `call("move", position=4)`, or `call("rename", {"name": "x"})` --
+    the arguments as a dict, whatever their names (an argument may be called `name` or `arguments`)."""
+    return ToolCall(name=name, arguments={**(arguments or {}), **kwargs}, id=f"call_{next(_ids)}")
 
 
 class ScriptedSession(PolicySession):

@@ -110,7 +110,8 @@ async def synth(
     journal.unlink()  # the data file holds what the games were for
     errors = sum(1 for t in trajs if t.error)
     res = {"played": len(trajs), "kept": len(kept), "errors": errors, "resumed": resumed,
-           "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs) - errors),
+           # every game counts, an errored one at reward 0 (as in eval's statistics)
+           "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs)),
            "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
     if hasattr(policy, "stats"):  # as in eval's summary.json: requests, retries, failovers, endpoint_errors
         res["policy_stats"] = dict(policy.stats)
