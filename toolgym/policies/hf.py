@@ -130,10 +130,14 @@ class HFEngine(ContinuousBatcher):
                     probs[i] = torch.zeros_like(probs[i])
                     probs[i][int(logp_masked.argmax())] = 1.0
         # inverse-CDF sampling with one uniform per row from that request's own RNG: vectorised, and a seeded
-        # request draws the same tokens whatever batch it lands in
-        u = torch.tensor([g.random() for g in gens], dtype=probs.dtype, device=probs.device)
-        cum = torch.cumsum(probs, dim=-1)
+        # request draws the same tokens whatever batch it lands in. In float64: a float32 cumsum stops growing in the
+        # tail, so a uniform near 1 picked among tail tokens by rounding -- a batch's last-bit differences then
+        # changed a seeded draw (an eval at concurrency 1 vs 6, measured)
+        p64 = probs.to("cpu" if probs.device.type == "mps" else probs.device, torch.float64)  # MPS has no float64
+        u = torch.tensor([g.random() for g in gens], dtype=torch.float64, device=p64.device)
+        cum = torch.cumsum(p64, dim=-1)
         drawn = torch.searchsorted(cum, (u * cum[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)[:, 0]
+        drawn = drawn.to(probs.device)
         constrained = torch.tensor([bool(r.allowed) for r in reqs], device=probs.device)
         toks = torch.where(greedy & ~constrained, logp.argmax(-1), drawn).tolist()
         idx = torch.tensor(toks, device=logp.device)

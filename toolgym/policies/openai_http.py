@@ -140,15 +140,22 @@ class OpenAIPolicy(Policy):
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         return _OpenAISession(self, tools)
 
+    def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
+        """A session sending `seed` (within 0..2**31-1) as every request's sampling seed, for servers that take one."""
+        return _OpenAISession(self, tools, seed % 2**31)
+
     def _pick(self, exclude: set[str]) -> _Endpoint:
         now = time.monotonic()
         live = [e for e in self.endpoints if e.down_until <= now and e.url not in exclude]
         pool = live or [e for e in self.endpoints if e.url not in exclude] or self.endpoints
         return min(pool, key=lambda e: (e.in_flight, e.requests))
 
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        """POST /chat/completions with retries and failover; return the JSON response."""
-        body: dict[str, Any] = {"model": self.model, "messages": _clean(messages), **self.sampling, **self.extra_body}
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       seed: int | None = None) -> dict[str, Any]:
+        """POST /chat/completions with retries and failover; return the JSON response (`seed`: this request's sampling
+        seed instead of the policy's)."""
+        sampling = self.sampling if seed is None else {**self.sampling, "seed": seed}
+        body: dict[str, Any] = {"model": self.model, "messages": _clean(messages), **sampling, **self.extra_body}
         if tools:
             body["tools"] = tools
         if self.return_tokens:
@@ -201,11 +208,11 @@ class OpenAIPolicy(Policy):
 
 
 class _OpenAISession(PolicySession):
-    def __init__(self, policy: OpenAIPolicy, tools: list[dict[str, Any]]) -> None:
-        self.policy, self.tools = policy, tools
+    def __init__(self, policy: OpenAIPolicy, tools: list[dict[str, Any]], seed: int | None = None) -> None:
+        self.policy, self.tools, self.seed = policy, tools, seed
 
     async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
-        data = await self.policy.complete(messages, self.tools)
+        data = await self.policy.complete(messages, self.tools, self.seed)
         return parse_completion(data)
 
 

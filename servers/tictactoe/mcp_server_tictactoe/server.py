@@ -98,8 +98,11 @@ class Game:
 def parse_position(board: str) -> str:
     """Validate a position given as 9 cells (X, O, or '.'/'-'/'_'/space/digit for empty; separators '|', '/',
     newlines ignored) with X to move. Returns the 9-character board with '.' for empty cells."""
+    if len(board) > 200:
+        raise ToolError(f"board too long: {len(board)} characters (a board is 9 cells, at most 200 characters with "
+                        "separators)")
     cells = [c for c in board.upper() if c not in "|/\n\r\t,+"]
-    if len(board) > 200 or len(cells) != 9:
+    if len(cells) != 9:
         raise ToolError(f"a board has 9 cells (X, O or . for empty), got {len(cells)}: {board[:60]!r}")
     out = "".join(c if c in "XO" else g.EMPTY for c in cells)
     bad = [c for c in cells if c not in "XO.-_ 012345678"]
