@@ -499,9 +499,14 @@ async def test_postgres_http_eval_leaves_nothing(pg_url):
     from toolgym import load_policy
     from toolgym.eval import evaluate
 
+    from toolgym import ServerSpec
+
     eng = _admin(pg_url)
     before = _tagged(eng)
-    env = SqlEnv(db=pg_url, transport="http")
+    port = free_port()  # the env's own http transport, with PYTHONPATH passed on: this checkout's server code
+    env = SqlEnv(db=pg_url, server=ServerSpec.http(f"http://127.0.0.1:{port}/mcp", env_passthrough=["PYTHONPATH"],
+                                                   launch=["mcp-server-sql", "--transport", "streamable-http",
+                                                           "--port", str(port), "--db", pg_url]))
     policy = load_policy("scripted:reference", env)
     try:
         trajs, _ = await evaluate(env, policy, env.build_dataset(4), concurrency=2)
@@ -580,7 +585,7 @@ def test_postgres_sigterm_of_an_eval_leaves_nothing_and_resume_finishes(pg_url, 
     """Crash-safe cleanup: SIGTERM to `toolgym eval` is handled like Ctrl-C -- the run stops, its SQL server (over
     streamable HTTP, on PostgreSQL) is stopped and drops every database and role it made -- and --resume finishes the
     run without re-running finished rollouts. Before, SIGTERM ended the eval at once and the server's PostgreSQL
-    objects stayed."""
+    objects stayed. (The server is the installed `mcp-server-sql`: toolgym passes it no PYTHONPATH.)"""
     eng = _admin(pg_url)
     before = _tagged(eng)
     out = tmp_path / "run"
