@@ -74,8 +74,9 @@ class ServerStartError(ToolCallError):
 
 
 BASE_ENV_VARS = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ",
-                 "TMPDIR")
-"""The caller's environment variables every server process gets (no credentials); `env_passthrough` adds more."""
+                 "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+"""The caller's environment variables every server process gets (no credentials; PYTHONPATH and VIRTUAL_ENV so a
+Python server runs the code the caller runs); `env_passthrough` adds more."""
 
 
 def server_environment(env: dict[str, str] | None, passthrough: list[str] | tuple[str, ...] | None = None,
