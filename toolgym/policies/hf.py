@@ -60,10 +60,10 @@ class HFEngine(ContinuousBatcher):
     PARKED_BYTES = 256 * 2**20  # default KV kept for conversations to continue (HFPolicy's parked_kv_mb)
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], max_len: int | None = None,
-                 num_threads: int | None = None, parked_bytes: int = PARKED_BYTES):
+                 num_threads: int | None = None, parked_bytes: int = PARKED_BYTES, prefix_min: int = 0):
         import torch
 
-        super().__init__(parked_bytes)
+        super().__init__(parked_bytes, prefix_min)
         self.torch = torch
         self.num_threads = num_threads
         self.model = model
@@ -245,6 +245,8 @@ class HFPolicy(ModelPolicy):
         trust_remote_code: Let transformers run the model repository's own code.
         num_threads: CPU threads for generation: "auto" or a number.
         parked_kv_mb: KV of finished turns kept for the conversation's next turn (continuous batching; 0: off).
+        prefix_kv_min: A new conversation reuses the parked KV of the longest prompt prefix it shares with a finished
+            one (the system prompt and tool schemas), when at least this many tokens (0: off).
     """
 
     name = "hf"
@@ -263,12 +265,15 @@ class HFPolicy(ModelPolicy):
         trust_remote_code: bool = False,
         num_threads: int | str | None = "auto",
         parked_kv_mb: float = 256,
+        prefix_kv_min: int = 32,
         **options: Any,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if parked_kv_mb < 0:
             raise ValueError(f"parked_kv_mb must be >= 0, not {parked_kv_mb}")
+        if prefix_kv_min < 0:
+            raise ValueError(f"prefix_kv_min must be >= 0, not {prefix_kv_min}")
         self.target = target
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
@@ -286,7 +291,7 @@ class HFPolicy(ModelPolicy):
         renderer.stop_ids = sorted(stop)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.stop_ids[0]
         self.engine = HFEngine(model, pad, renderer.stop_ids, num_threads=_threads(model, num_threads),
-                               parked_bytes=int(parked_kv_mb * 2**20))
+                               parked_bytes=int(parked_kv_mb * 2**20), prefix_min=prefix_kv_min)
         options.setdefault("batching", "continuous")
         super().__init__(renderer, **options)
 
