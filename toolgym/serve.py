@@ -307,6 +307,17 @@ def _is_str(annotation: Any) -> bool:
     return base is str or (typing.get_origin(base) in (typing.Union, types.UnionType) and str in typing.get_args(base))
 
 
+def output_model(td: Any) -> type[pydantic.BaseModel]:
+    """A pydantic model with the fields of the `TypedDict` `td`, their `Annotated` descriptions and its docstring.
+    A tool returning a `TypedDict` is registered with this model as its return type: mcp 2.0 builds the
+    `outputSchema` of a `TypedDict` from hints without their `Annotated` metadata (the field descriptions vanish),
+    while every mcp 2.x takes a model's schema as it is. The tool still returns a plain dict (validated into it)."""
+    hints = typing.get_type_hints(td, include_extras=True)
+    required = getattr(td, "__required_keys__", set(hints))
+    fields: dict[str, Any] = {name: (hint, ... if name in required else None) for name, hint in hints.items()}
+    return pydantic.create_model(td.__name__, __doc__=td.__doc__, **fields)
+
+
 class AgentServer(MCPServer):
     """The served agent's MCP server: an `MCPServer` whose tools refuse arguments they do not take (a client's typo,
     or free text sent to a tool that takes none, is an error, not silently dropped) and report invalid arguments in
@@ -317,6 +328,15 @@ class AgentServer(MCPServer):
         self.accepted: dict[str, list[str]] = {}  # tool -> the argument names it takes
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        sig = inspect.signature(fn)
+        ret = sig.return_annotation
+        if isinstance(ret, str):
+            try:
+                ret = typing.get_type_hints(fn, include_extras=True).get("return")
+            except Exception:  # noqa: BLE001 - an annotation that does not resolve: mcp decides what it makes of it
+                ret = None
+        if ret is not None and is_typeddict(ret):
+            fn.__signature__ = sig.replace(return_annotation=output_model(ret))  # type: ignore[attr-defined]
         super().add_tool(fn, name, *args, **kwargs)
         self.accepted[name or fn.__name__] = list(inspect.signature(fn).parameters)
 
