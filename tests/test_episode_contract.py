@@ -2,7 +2,7 @@
 model give identical rewards, metrics and tool-call records through
 
 - `run_rollout` (the rollout engine behind eval, synth and GRPO),
-- `toolgym serve` (its `Agent`, which runs each request as a rollout),
+- `toolgym serve` (its `Agent`, which runs each request as a rollout, unscored: the same episode without rewards),
 - the TRL adapter (`TRLEnv`; TRL's tool loop is reproduced here as TRL 1.16's `GRPOTrainer._tool_call_loop` runs it:
   one turn's async tool calls created together and awaited with `asyncio.gather` on another event loop -- no model
   and no trainer, so the test stays fast),
@@ -197,7 +197,11 @@ def test_rollout_serve_and_trl_play_the_same_episodes() -> None:
 
     served, served_pids = via_serve()
     assert served_pids[1] != served_pids[0]
-    assert served == rollout
+    # a served request is the same episode, unscored (it has no reference to grade against): no rewards, metrics
+    # or call_match flags, everything else identical
+    assert all(r["rewards"] == {} and r["metrics"] == {} for r in served)
+    assert served == [{**r, "rewards": {}, "metrics": {}, "records": [(*c[:7], None, *c[8:]) for c in r["records"]]}
+                      for r in rollout]
 
     trl, trl_pids = via_trl()
     assert trl_pids[1] != trl_pids[0]

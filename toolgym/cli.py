@@ -83,13 +83,35 @@ def env_from_cli(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any]
 
 
 def policy_choice(env: Any, model: str | None, flags: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The policy URI and its options: `--model` or else the env's embedded default (with its
-    `default_policy_options`), then every flag that was given (not None) on top."""
-    defaults: dict[str, Any] = {}
+    """The policy URI and its options: `--model` or else the env's embedded default, with the env's
+    `default_policy_options` -- all of them for its default, the sampling ones (temperature, top_p, max_tokens, seed)
+    for a `--model` -- then every flag that was given (not None) on top."""
+    from toolgym.policies import SAMPLING_OPTIONS
+
+    defaults = dict(getattr(env, "default_policy_options", None) or {})
     if model is None:
         model = getattr(env, "default_policy", None) or "scripted:reference"
-        defaults = dict(getattr(env, "default_policy_options", None) or {})
+    else:
+        defaults = {k: v for k, v in defaults.items() if k in SAMPLING_OPTIONS}
     return model, {**defaults, **{k: v for k, v in flags.items() if v is not None}}
+
+
+def sampling_of(options: dict[str, Any]) -> dict[str, Any]:
+    """The sampling options among a policy's (temperature, top_p, max_tokens, seed), for the record."""
+    from toolgym.policies import SAMPLING_OPTIONS
+
+    return {k: options[k] for k in SAMPLING_OPTIONS if k in options}
+
+
+def sampling_text(uri: str, options: dict[str, Any]) -> str:
+    """`temperature=0.0 max_tokens=200 seed=0`, or what a policy that samples nothing means by them."""
+    if uri.startswith("scripted:"):
+        return "none (a scripted player)"
+    s = sampling_of(options)
+    text = " ".join(f"{k}={v}" for k, v in s.items())
+    if "temperature" not in s:
+        text = ("temperature=the backend's default " + text).strip()
+    return text
 
 
 _GENERIC_DIRS = {"final", "checkpoint", "checkpoints", "model", "adapter", "merged", "latest", "best"}
@@ -162,7 +184,7 @@ def eval_cmd(
     against the servers' tool schemas first (`toolgym check`). Exit codes: 0 done, 2 could not start, 3 too many
     errored rollouts (`--fail-on-error`)."""
     from toolgym.check import InvalidTasksError, checked_tasks
-    from toolgym.eval import evaluate, report_names
+    from toolgym.eval import RESUME_KEYS, check_run_folder, evaluate, report_names
     from toolgym.mcp_bridge import ServerStartError, server_logs
     from toolgym.policies import PolicyUnavailable, load_policy
 
@@ -171,21 +193,34 @@ def eval_cmd(
     if num_examples < 0 or rollouts < 1 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
     env_args, env = env_from_cli(env_name, env_arg)
+    default = model is None
     model, options = policy_choice(env, model, {
         "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
         "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
-    try:
-        policy = load_policy(model, env, **options)
-    except (ValueError, ImportError, OSError) as exc:
-        _fail(str(exc))
     tasks = dataset_from_cli(env, num_examples or None, seed)
     if out is None:
         out = default_out(env, env_name, model)
     info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
             "sampling": {k: v for k, v in options.items() if k != "api_key"}}
+    total = len(tasks) * rollouts
+    try:  # before a model loads: a folder that holds another run, or results without --resume, fail at once
+        keys = None if not skip_invalid_tasks else tuple(k for k in RESUME_KEYS if k != "n")  # n: tasks kept
+        done, _ = check_run_folder(out, {**info, "n": len(tasks), "rollouts_per_example": rollouts}, resume, keys)
+    except (FileExistsError, ValueError) as exc:
+        _fail(str(exc))
+    if resume:
+        console.print(f"--resume: {done} of {total} rollouts already done in {out}; running the other {total - done}",
+                      soft_wrap=True)
+    try:
+        policy = load_policy(model, env, **options)
+    except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
     floor = env.error_reward if error_reward is None else error_reward
-    console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}  {len(tasks)} examples x {rollouts} rollouts, "
-                  f"concurrency {concurrency} -> {out}", soft_wrap=True)
+    console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}{' (the env default)' if default else ''}  "
+                  f"{len(tasks)} examples x {rollouts} rollouts, concurrency {concurrency} -> {out}", soft_wrap=True)
+    console.print(f"sampling: {sampling_text(model, options)}" + ("" if not policy.answer_key else
+                  f"   [bold yellow]{model} is the answer key[/]: it reads each task's expected answer"),
+                  soft_wrap=True)
     prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
@@ -212,13 +247,16 @@ def eval_cmd(
                 prog.start()
                 bar = prog.add_task("rollouts", total=len(run_tasks) * rollouts, reward=0.0, errors=0)
                 return await evaluate(env, policy, run_tasks, rollouts, concurrency, out, resume, info,
-                                      success_threshold, tick, floor, skipped)
+                                      success_threshold, tick, floor, skipped, seed=options.get("seed"))
             finally:
                 if prog.live.is_started:
                     prog.stop()
                 await env.aclose()
                 await policy.aclose()
 
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         bar: Any = None
         try:
             with server_logs(out / "servers"):  # the servers' stderr: never on the terminal
@@ -234,6 +272,7 @@ def eval_cmd(
                 if (out / "results.jsonl").exists() else ""
             _fail(f"{exc}{kept}")
     print_summary(summary, report_names(env))
+    console.print(policy_line(summary), soft_wrap=True)
     plots = "rewards.png" + (", breakdown.png" if summary.get("by") else "")
     console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plots: {out}/{{{plots}}}")
     too_many = error_verdict(summary, fail_on_error)
@@ -272,6 +311,18 @@ def server_error(env: Any, exc: Exception) -> str:
     from toolgym.config_env import start_error_message
 
     return start_error_message(env, exc)
+
+
+def policy_line(summary: dict[str, Any]) -> str:
+    """Who played, how it sampled, and -- for a reference player -- that the score is the env's answer key."""
+    line = f"policy: [bold]{summary.get('policy', '?')}[/]"
+    sampling = summary.get("sampling")
+    if sampling is not None:
+        line += f"   sampling: {sampling_text(str(summary.get('policy', '')), sampling)}"
+    if summary.get("answer_key"):
+        line += ("\n[bold yellow]answer key:[/] this policy reads each task's expected answer, so these scores are "
+                 "the environment's ceiling, not a model's (evaluate a model with -m)")
+    return line
 
 
 def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> None:
@@ -436,38 +487,93 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8770, "--port"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
-    temperature: float | None = typer.Option(None, "-t", "--temperature"),
-    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+    temperature: float | None = typer.Option(None, "-t", "--temperature",
+                                             help="Sampling temperature (default: the env's, e.g. 0 for tic-tac-toe)"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens"),
+    seed: int | None = typer.Option(None, "--seed", help="Mixed into every request's sampling seed (each request is "
+                                                         "seeded by its own arguments: asking again gives the same "
+                                                         "answer)"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable; default: "
+                                                                   "the env's serve defaults, e.g. transport=inprocess)"),
     model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one agent run may take"),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one agent run may take, the wait for a free "
+                                                           "slot included"),
     max_concurrency: int = typer.Option(16, "--max-concurrency", help="Agent runs in flight at once"),
 ) -> None:
-    """Serve an agent (model + its environment's tools) as an MCP server over stdio or streamable HTTP."""
+    """Serve an agent (model + its environment's tools) as an MCP server over stdio or streamable HTTP. Prints
+    `ready: stdio` or `ready: URL` on stderr once clients can connect; a model loads in the background meanwhile."""
     import logging
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
-    from toolgym.policies import PolicyUnavailable, load_policy
-    from toolgym.serve import build_agent_server
+    from toolgym.policies import PolicyUnavailable, policy_loader
+    from toolgym.serve import ServeOptionError, build_agent_server, check_serve_options, log, port_problem, serve_http
 
+    t0 = time.perf_counter()
     if transport not in ("stdio", "streamable-http"):
-        _fail("--transport must be stdio or streamable-http")
-    _, env = env_from_cli(env_name, env_arg)
-    model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature,
-                                                **parse_kv(model_arg)})
+        _fail(f"--transport must be stdio or streamable-http, got {transport!r}")
     try:
-        policy = load_policy(model, env, **options)
+        check_serve_options(timeout, max_concurrency)
+    except ServeOptionError as exc:
+        _fail(str(exc))
+    if transport == "streamable-http":
+        if not 1 <= port <= 65535:
+            _fail(f"--port must be from 1 to 65535, got {port}")
+        problem = port_problem(host, port)
+        if problem:
+            _fail(problem)
+    _, env = serve_env(env_name, env_arg)
+    model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature, "top_p": top_p,
+                                                "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
+    try:
+        load, heavy = policy_loader(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:
         _fail(str(exc))
-    try:
-        asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
-    except PolicyUnavailable as exc:
-        _fail(str(exc))
-    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
+    if heavy:  # weights load in a background thread; `initialize` and `tools/list` answer meanwhile
+        policy: Any = ThreadPoolExecutor(1, thread_name_prefix="toolgym-model-load").submit(load)
+
+        def loaded(future: Any) -> None:
+            exc = future.exception()
+            log(f"error: the model failed to load (every call will say so): {type(exc).__name__}: {exc}" if exc
+                else f"model loaded ({time.perf_counter() - t0:.1f}s after start)")
+
+        policy.add_done_callback(loaded)
+    else:
+        policy = load()
+        try:
+            asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
+        except PolicyUnavailable as exc:
+            _fail(str(exc))
+    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency, policy_name=model,
+                             seed=options.get("seed"))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    server_kind = env.server.describe() if env.server is not None else "env tools only"
+    about = (f"toolgym serve {env_name}: policy {model} (sampling: {sampling_text(model, options)}), env server "
+             f"{server_kind}, {env.session_scope} sessions; timeout {timeout:g}s, {max_concurrency} runs at once")
+    if heavy:
+        about += "; the model loads in the background"
+
+    def ready(where: str) -> None:
+        log(about)
+        log(f"ready: {where} ({time.perf_counter() - t0:.1f}s after start)")
+
     if transport == "stdio":
+        ready("stdio")
         srv.run("stdio")
     else:
-        srv.run("streamable-http", host=host, port=port)
+        serve_http(srv, host, port, ready)
+
+
+def serve_env(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any], Any]:
+    """The env `toolgym serve` binds: built with the `-a` options, and the env's `serve_defaults` for those not
+    given (tic-tac-toe: its server in this process)."""
+    args, env = env_from_cli(env_name, pairs)
+    extra = {k: v for k, v in (getattr(env, "serve_defaults", None) or {}).items() if k not in args}
+    if extra:
+        args, env = env_from_cli(env_name, [*(pairs or []), *(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                                                        for k, v in extra.items())])
+    return args, env
 
 
 def _mount_optional() -> None:

@@ -383,7 +383,7 @@ def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
         answer = last if last is not None and answer_from == "tool" else str(task.get("answer", ""))
         return AssistantTurn(content=f"<answer>{answer}</answer>")
 
-    return ScriptedPolicy(act, "scripted:reference")
+    return ScriptedPolicy(act, "scripted:reference", answer_key=True)
 
 
 class ConfigEnv(StatefulToolEnv):

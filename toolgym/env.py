@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
@@ -48,7 +48,7 @@ from toolgym.mcp_bridge import (
 from toolgym.options import class_defaults
 from toolgym.rubric import Rubric
 from toolgym.tool_schema import described_signature
-from toolgym.types import AssistantTurn, CallRecord
+from toolgym.types import AssistantTurn, CallRecord, Trajectory
 
 
 def stop(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,7 +127,11 @@ class StatefulToolEnv:
     default_policy: ClassVar[str | None] = None
     """The policy URI `toolgym eval ENV` uses without `--model` (e.g. an embedded model or a reference player)."""
     default_policy_options: ClassVar[dict[str, Any]] = {}
-    """Sampling options of `default_policy` (command-line flags override them)."""
+    """Sampling options of `default_policy` (command-line flags override them; with `--model`, its sampling options
+    -- temperature, top_p, max_tokens, seed -- still apply)."""
+    serve_defaults: ClassVar[dict[str, Any]] = {}
+    """Env options `toolgym serve` uses where the command line gives none (tic-tac-toe: `{"transport": "inprocess"}`,
+    so a request starts no server process)."""
     report_by: ClassVar[tuple[str, ...]] = ()
     """Task fields `toolgym eval` breaks its results down by (tables with CIs and a plot)."""
     report_metrics: ClassVar[tuple[str, ...] | None] = None
@@ -233,6 +237,26 @@ class StatefulToolEnv:
                                   f"{', '.join(repr(k) for k in missing.values())} (set it in setup_state, or "
                                   "override update_tool_args)")
         return {**args, **{a: state[k] for a, k in sources.items()}}
+
+    def serve_task(self, request: str, seed: int = 0) -> dict[str, Any]:
+        """The task row of one `toolgym serve` `run_agent` request, from its arguments: this method's typed, documented
+        parameters are the tool's (beside `max_turns`), so an env whose episodes take no free text declares what
+        they do take (tic-tac-toe: who starts, the opponent's strength, a seed). Default: the request's text is the
+        task's prompt.
+
+        Args:
+            request: What the agent should do, in plain language.
+            seed: Seeds the episode (and the agent's sampling, when it samples): the same request and seed give the
+                same answer.
+        """
+        return {"prompt": request, "seed": seed}
+
+    def serve_result(self, trajectory: Trajectory) -> Mapping[str, Any]:
+        """Fields `run_agent` returns beside the generic ones (`answer`, `outcome`, `stop_reason`, `turns`, `trace`),
+        read from the finished request's trajectory (`trajectory.info` holds what the hooks left in the state). The
+        return annotation, a `TypedDict`, types them in the tool's output schema; a field named like a generic one
+        replaces it (tic-tac-toe: `outcome` win/draw/loss, the final `board`, the `moves`). Default: none."""
+        return {}
 
     def serve_tools(self, agent: Any) -> dict[str, Callable[..., Any]]:
         """Extra tools `toolgym serve` offers beside `run_agent`, by name: typed, documented async functions built

@@ -4,7 +4,11 @@ OpenAI-style schemas, and call them with a timeout.
 Each `MCPSession` is owned by a background task that enters and leaves the `mcp.Client` context (anyio requires
 both in one task), so a session can be opened and closed from anywhere and shared by concurrent rollouts.
 A session whose server died or hung past the call timeout is marked `broken`; `SessionProvider` then opens a new
-one (a new process for stdio, a relaunched process for a managed HTTP server) for the next rollout.
+one (a new process for stdio, a relaunched process for a managed HTTP server) for the next rollout. An HTTP server
+behind a broken session is *suspect*: before the next session it must answer a ping within `PING_TIMEOUT_S`, or it is
+replaced (launched by toolgym: stopped and relaunched) or fails fast (a URL only) -- a stopped (SIGSTOP) or hung
+server still counts as a live process and accepts connections, so without the ping every later rollout waited out
+the 60 s connect timeout.
 
 Written against the API common to mcp 2.0.0 and the newest 2.x: `mcp.Client(target)` with target a URL, a
 transport (`stdio_client(...)`) or a server object; results read through `content`/`is_error`/`structured_content`.
@@ -70,8 +74,9 @@ class ServerStartError(ToolCallError):
 
 
 BASE_ENV_VARS = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ",
-                 "TMPDIR")
-"""The caller's environment variables every server process gets (no credentials); `env_passthrough` adds more."""
+                 "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+"""The caller's environment variables every server process gets (no credentials; PYTHONPATH and VIRTUAL_ENV so a
+Python server runs the code the caller runs); `env_passthrough` adds more."""
 
 
 def server_environment(env: dict[str, str] | None, passthrough: list[str] | tuple[str, ...] | None = None,
@@ -164,6 +169,20 @@ def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in patterns), re.M) if patterns else None
 
 
+PING_TIMEOUT_S = 5.0
+"""How long a suspect HTTP server has to answer a ping (any HTTP answer) before it counts as hung."""
+
+
+async def http_responds(url: str, timeout: float = PING_TIMEOUT_S) -> bool:
+    """Whether anything answers HTTP at `url` within `timeout` seconds (any status: it is alive, if oddly)."""
+    try:
+        async with httpx.AsyncClient() as client:
+            await asyncio.wait_for(client.get(url, timeout=timeout), timeout)
+        return True
+    except (httpx.HTTPError, OSError, TimeoutError):
+        return False
+
+
 @dataclass(frozen=True)
 class ToolInfo:
     """A server tool: its name, description and JSON-schema of its arguments."""
@@ -248,15 +267,31 @@ class ManagedProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: collections.deque[bytes] = collections.deque(maxlen=200)  # the tail of the server's stderr
         self._lock = asyncio.Lock()
+        self.suspect = False  # a session to it broke: ping before trusting it again
+        self.replaced_hung = 0  # times it was alive but did not answer a ping, and was relaunched
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    async def _answers(self) -> bool:
+        """Alive and not suspect, or suspect and answering a ping within PING_TIMEOUT_S (then no longer suspect)."""
+        if not self.alive:
+            return False
+        if self.suspect:
+            if not await http_responds(self.url, PING_TIMEOUT_S):
+                log.warning("server %s at %s is running but does not answer (stopped or hung): relaunching it",
+                            self.command, self.url)
+                self.replaced_hung += 1
+                return False
+            self.suspect = False
+        return True
+
     async def ensure_running(self) -> None:
         async with self._lock:
-            if self.alive:
+            if await self._answers():
                 return
+            self.suspect = False
             self.terminate()
             env = server_environment(self.env, self.passthrough)
             cmd = [expand_env_refs(c, f"server.launch[{i}]") for i, c in enumerate(self.command)]
@@ -294,6 +329,8 @@ class ManagedProcess:
             return
         if self.proc.poll() is None:
             self.proc.terminate()
+            with contextlib.suppress(OSError):  # a stopped (SIGSTOP) process handles SIGTERM only once continued
+                os.kill(self.proc.pid, signal.SIGCONT)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -628,6 +665,7 @@ class SessionProvider:
         self._closed = False
         self.pool_hits = 0
         self.pool_errors: list[str] = []
+        self._http_suspect = False  # an HTTP server toolgym did not launch, behind a broken session
 
     def _inprocess_server(self, fresh: bool) -> Any:
         target = self.spec.target
@@ -646,8 +684,14 @@ class SessionProvider:
         if not self.spec.sandboxed:
             if self._managed is not None:
                 await self._managed.ensure_running()
+            else:
+                await self._check_http_live()
             obj = self._inprocess_server(fresh=False) if self.spec.kind == "inprocess" else None
-            session = await self._open_session(self.spec, obj)
+            try:
+                session = await self._open_session(self.spec, obj)
+            except ToolCallError:
+                self._mark_suspect()
+                raise
             self._open.add(session)
             return session
         box = Sandbox.create(self.spec.fixtures, task, self.spec.keep_sandboxes)
@@ -752,6 +796,26 @@ class SessionProvider:
                 session.sandbox.remove(force=not used)  # keep_sandboxes keeps only the rollouts' sandboxes
             if session.broken and self._managed is not None and not self._managed.alive:
                 self._managed.terminate()
+            elif session.broken:
+                self._mark_suspect()
+
+    # --- liveness of HTTP servers (a stopped or hung process still accepts connections) -------------------------
+    def _mark_suspect(self) -> None:
+        """A session to this provider's HTTP server broke (or could not open): the next session pings it first."""
+        if self._managed is not None:
+            self._managed.suspect = True
+        elif self.spec.kind == "http" and not self.spec.sandboxed:
+            self._http_suspect = True
+
+    async def _check_http_live(self) -> None:
+        """A suspect HTTP server that toolgym did not launch must answer a ping within PING_TIMEOUT_S, else the
+        session fails at once with a clear error (instead of after the 60 s connect timeout)."""
+        if not self._http_suspect:
+            return
+        if not await http_responds(self.spec.url, PING_TIMEOUT_S):
+            raise ToolCallError(f"the MCP server at {self.spec.url} does not answer within {PING_TIMEOUT_S:g}s "
+                                "(stopped or hung?)")
+        self._http_suspect = False
 
     async def aclose(self) -> None:
         self._closed = True

@@ -41,10 +41,11 @@ class ScriptedSession(PolicySession):
 
 class ScriptedPolicy(Policy):
     """Wrap `fn(messages, memory) -> AssistantTurn`; `memory` is a per-rollout dict holding `tools`, `task` and
-    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it)."""
+    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it).
+    `answer_key=True` marks a player that reads the task's expected answer (a reference player)."""
 
-    def __init__(self, fn: TurnFn, name: str = "scripted") -> None:
-        self.fn, self.name = fn, name
+    def __init__(self, fn: TurnFn, name: str = "scripted", answer_key: bool = False) -> None:
+        self.fn, self.name, self.answer_key = fn, name, answer_key
         self._opened = itertools.count()
 
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:

@@ -117,6 +117,9 @@ def synth_cmd(
                 await policy.aclose()
 
         kept = f"; the finished games are kept in {journal}: re-run with --resume to play the rest"
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         try:
             res = asyncio.run(go())
         except KeyError as exc:  # a --drop-if name the env does not have: every game is in the journal

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
+from toolgym.journal import drop_torn_lines, first_finished, read_results, record_line, run_differences
 from toolgym.train.data import trajectory_row, write_rows
 from toolgym.types import Trajectory
 
@@ -98,8 +98,9 @@ async def synth(
     await env.start()
     with journal.open("a") as f:
         async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+            line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
             results[(traj.example_id, traj.rollout_index)] = traj
-            f.write(json.dumps(traj.to_dict(), default=str) + "\n")
+            f.write(line)
             f.flush()
             if on_done:
                 on_done(traj)
