@@ -233,3 +233,20 @@ def test_the_copy_player_reads_the_template_not_the_request() -> None:
     held = [dict(task, expected_calls=[{"name": "get-sum", "arguments": {"a": [3], "b": [4.5]}}]),
             {"prompt": 'Say "hi".', "expected_calls": []}]
     assert trivial_baselines(train, held, tools)["copy"] == {"call_match": 1.0, "abstain_ok": 1.0}
+
+
+def test_heldout_rates_count_errored_rollouts_as_failures() -> None:
+    """An errored rollout is a failure in every rate its task falls under (never dropped from n); a rate over no
+    task is null, so report.json stays valid JSON."""
+    from toolgym.train.recipe import rates
+    from toolgym.types import Trajectory
+
+    call = {"name": "f", "arguments": {"s": ["new"]}}
+    ok = Trajectory(example_id=0, task={"expected_calls": [call]}, metrics={"call_match": 1.0}, rewards={"correct": 1.0})
+    bad = Trajectory(example_id=1, task={"expected_calls": [call]}, metrics={"call_match": 1.0}, error="KeyError: x")
+    r = rates([ok, bad], seen={"old"})
+    assert r["call_match"]["n"] == 2 and r["call_match"]["rate"] == 0.5
+    assert r["unseen_string_call_match"]["n"] == 2 and r["correct"]["rate"] == 0.5
+    assert r["errors"]["rate"] == 0.5 and r["errors"]["n"] == 2
+    assert r["abstain_ok"] == {"rate": None, "n": 0, "lo": None, "hi": None}
+    json.loads(json.dumps(r, allow_nan=False))

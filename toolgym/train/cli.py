@@ -22,11 +22,11 @@ def _group() -> None:
     """Training commands (registered at top level as toolgym synth|sft|train|plot)."""
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str, code: int = 2) -> None:
     from rich.markup import escape
 
     console.print(f"[bold red]error:[/] {escape(msg)}", soft_wrap=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def _kv(pairs: list[str] | None) -> dict[str, Any]:
@@ -242,12 +242,14 @@ def plot_cmd(
 def pretrain_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write the model + tokenizer to."),
     size: str = typer.Option("small", "--size", help="tiny | small | medium | base (see `toolgym model init-tiny`)."),
-    minutes: float | None = typer.Option(None, "--minutes", help="Pre-train for this wall time (default 25)."),
+    minutes: float | None = typer.Option(None, "--minutes", help="Pre-train for this wall time (default 30)."),
     steps: int | None = typer.Option(None, "--steps", help="Pre-train for this many steps instead (reproducible)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Conversations per optimizer step (16 per micro-batch)."),
-    learning_rate: float = typer.Option(3e-3, "--lr"),
+    learning_rate: float = typer.Option(2e-3, "--lr", help="Peak learning rate of the tool-use stage."),
+    copy_share: float = typer.Option(0.55, "--copy-share", help="Share of the budget spent on copy drills first."),
+    copy_lr: float = typer.Option(3e-3, "--copy-lr", help="Peak learning rate of the copy-drill stage."),
     seed: int = typer.Option(0, "--seed"),
-    num_threads: int = typer.Option(1, "--num-threads", help="torch CPU threads."),
+    num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads (default: torch's, all cores)."),
     eval_n: int = typer.Option(200, "--eval-n", help="Fresh random conversations to evaluate it on at the end (0: none)."),
 ) -> None:
     """Build the tool-calling base offline: its tokenizer, a random tiny model, then pre-training on an endless stream
@@ -261,11 +263,12 @@ def pretrain_cmd(
 
         def tick(r: dict[str, Any]) -> None:
             done = r["step"] / steps if steps else r["frac"]
-            prog.update(bar, completed=done, info=f"step {r['step']} loss {r['loss']:.3f}")
+            prog.update(bar, completed=done, info=f"{r.get('stage', '')} step {r['step']} loss {r['loss']:.3f}")
 
-        info = build_toolcall_base(out, size=size, steps=steps, minutes=25.0 if minutes is None else minutes,
+        info = build_toolcall_base(out, size=size, steps=steps, minutes=30.0 if minutes is None else minutes,
                                    batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-                                   num_threads=num_threads, eval_n=eval_n, on_step=tick)
+                                   num_threads=num_threads, eval_n=eval_n, copy_share=copy_share,
+                                   copy_learning_rate=copy_lr, on_step=tick)
     ev = info.get("eval", {})
     rates = ", ".join(f"{k} {100 * v['rate']:.0f} %" for k, v in ev.items() if isinstance(v, dict) and v.get("rate") is not None)
     console.print(f"wrote {out} ({info['params']:,} params, {info['steps']} steps, {info['build_s'] / 60:.1f} min); "
@@ -317,10 +320,15 @@ def tasks_train_cmd(
                 prog.update(bar, completed=r["step"], info=f"reward {r.get('reward', float('nan')):.3f}")
 
         try:
-            run_recipe(opts, log=lambda m: console.print(m, markup=False), progress=progress)
+            report = run_recipe(opts, log=lambda m: console.print(m, markup=False), progress=progress)
         except (ValueError, FileNotFoundError, FileExistsError, GenerationError) as exc:
             _fail(str(exc))
     console.print(f"report: {out / 'report.md'} (plots: {out / 'heldout.png'}, {out / 'grpo_curves.png'})")
+    failed = [name for name, r in (report or {}).get("heldout", {}).items() if r["errors"]["rate"] == 1.0]
+    if failed:
+        from toolgym.cli import EXIT_ERRORS
+
+        _fail(f"every held-out rollout of {', '.join(failed)} errored (see {out}/eval/*/results.jsonl)", EXIT_ERRORS)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,16 @@
 """Pre-training the tool-calling base (`toolgym pretrain`): a tokenizer and a random model from `toolgym.models.tiny`,
-then an endless stream of random tool use from `toolgym.models.toolcall` (one `scene` -- rows sharing their random
-tools -- per micro-batch), the assistant tokens' cross-entropy, AdamW with a cosine schedule over a number of steps
-or a wall-time budget; then `eval_toolcall` on fresh conversations, recorded in `toolgym_tiny.json`."""
+then two stages on endless streams from `toolgym.models.toolcall`, each with its own warm-up and cosine schedule:
+
+1. **copy drills** (`copy_drill`: a quoted value of any shape answered back, several per conversation, no tools): short
+   and dense in copied tokens, the cheapest way for a tiny model to learn to copy an arbitrary string token by token.
+   Measured on the `small` size (2 cores): after 300 drill steps 13 % of fresh values come back exactly, after 1,200
+   (18 min) 78 % -- the loss falls from a plateau near 1.4 to 0.12 once copying forms; on the mixed stream alone, 347
+   steps (25 min) copied nothing (0 % exact calls);
+2. **random tool use** (one `scene` -- rows sharing their random tools -- per micro-batch, with a share of drills so
+   copying is kept): where values go in a call, which tool a request names, answers copied from results, abstaining.
+
+The loss is the assistant tokens' cross-entropy; AdamW; a budget of steps or wall time split between the stages by
+`copy_share`. Then `eval_toolcall` on fresh conversations, recorded in `toolgym_tiny.json`."""
 
 from __future__ import annotations
 
@@ -15,16 +24,21 @@ from toolgym.models.toolcall import WORD_SPLIT, eval_toolcall, scene, toolcall_c
 from toolgym.tasks.sampling import Vocabulary
 
 
+COPY_SHARE = 0.55  # of the budget on copy drills: 1,200 of the small model's steps in a 30-minute build on 2 cores
+
+
 def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, minutes: float | None = None,
              batch_size: int = 32, micro_batch_size: int = 16, learning_rate: float = 3e-3, warmup_steps: int = 20,
              seed: int = 0, num_threads: int | None = None, drill_share: float = 0.3,
-             requests: tuple[int, int] = (1, 3), on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Pre-train the model in `init_dir` on an endless stream of fresh random conversations, one `scene` (rows with
-    the same random tools) per micro-batch -- no conversation is seen twice, so nothing can be memorised -- and save
-    it to `out`. Stops after `steps` optimizer
-    steps (reproducible) or `minutes` of wall time (the cosine schedule then runs on the elapsed share of it).
-    Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft` trains on). Writes
-    `out/metrics.jsonl` (one line per step)."""
+             requests: tuple[int, int] = (1, 3), copy_share: float = 0.0, copy_learning_rate: float | None = None,
+             on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Pre-train the model in `init_dir` on endless streams of fresh random conversations -- no conversation is seen
+    twice, so nothing can be memorised -- and save it to `out`. The first `copy_share` of the budget trains on copy
+    drills only (at `copy_learning_rate`, default `learning_rate`), the rest on one `scene` (rows with the same random
+    tools, a `drill_share` of them drills) per micro-batch; each stage warms up over `warmup_steps` and then follows
+    a cosine down to a tenth of its rate. Stops after `steps` optimizer steps (reproducible) or `minutes` of wall time
+    (the schedules then run on the elapsed share of it). Loss: mean cross-entropy over the assistant tokens (the
+    masks `toolgym sft` trains on). Writes `out/metrics.jsonl` (one line per step, with its `stage`)."""
     import math
     import time
 
@@ -37,6 +51,8 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
 
     if (steps is None) == (minutes is None):
         raise ValueError("give exactly one of steps or minutes")
+    if not 0.0 <= copy_share < 1.0:
+        raise ValueError(f"copy_share must be in [0, 1), got {copy_share}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -51,17 +67,24 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     t0, step, tokens, last = time.time(), 0, 0, {}
+    stage, stage_step = ("copy", 0) if copy_share > 0 else ("tools", 0)
     log = (out / "metrics.jsonl").open("w")
     try:
         while True:
             frac = step / steps if steps is not None else (time.time() - t0) / (60 * float(minutes or 0))
             if frac >= 1.0:
                 break
-            lr = learning_rate * min(1.0, (step + 1) / warmup_steps) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+            if stage == "copy" and frac >= copy_share:
+                stage, stage_step = "tools", 0
+            lo, hi = (0.0, copy_share) if stage == "copy" else (copy_share, 1.0)
+            within = (frac - lo) / (hi - lo)
+            peak = (copy_learning_rate or learning_rate) if stage == "copy" else learning_rate
+            lr = peak * min(1.0, (stage_step + 1) / warmup_steps) * (0.1 + 0.45 * (1 + math.cos(math.pi * within)))
             for g in opt.param_groups:
                 g["lr"] = lr
+            share = 1.0 if stage == "copy" else drill_share
             groups = [sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None)
-                              for r in scene(rng, vocab, micro_batch_size, drill_share, requests)), key=len)
+                              for r in scene(rng, vocab, micro_batch_size, share, requests)), key=len)
                       for _ in range(max(1, batch_size // micro_batch_size))]
             n_tok = sum(sum(t.mask) for g in groups for t in g)
             loss_sum = 0.0
@@ -76,7 +99,8 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            last = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": float(gn), "tokens": tokens,
+            stage_step += 1
+            last = {"step": step, "stage": stage, "loss": loss_sum, "lr": lr, "grad_norm": float(gn), "tokens": tokens,
                     "elapsed_s": round(time.time() - t0, 1), "frac": min(1.0, frac)}
             log.write(json.dumps(last) + "\n")
             log.flush()
@@ -89,9 +113,10 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
     return last
 
 
-def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None = None, minutes: float | None = 25.0,
-                        batch_size: int = 32, learning_rate: float = 3e-3, seed: int = 0, num_threads: int | None = 1,
-                        eval_n: int = 200, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None = None, minutes: float | None = 30.0,
+                        batch_size: int = 32, learning_rate: float = 2e-3, seed: int = 0, num_threads: int | None = None,
+                        eval_n: int = 200, copy_share: float = COPY_SHARE, copy_learning_rate: float = 3e-3,
+                        on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Build the tool-calling base in `out` (see the module docstring): tokenizer + random `size` model, `pretrain`
     for `steps` or `minutes`, then `eval_toolcall` on `eval_n` fresh conversations; `toolgym_tiny.json` records the
     recipe, its wall time and the evaluation."""
@@ -110,12 +135,14 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
         if out.exists():
             shutil.rmtree(out)
         last = pretrain(init, out, steps=steps, minutes=None if steps else minutes, batch_size=batch_size,
-                        learning_rate=learning_rate, seed=seed, num_threads=num_threads, on_step=on_step)
+                        learning_rate=learning_rate, seed=seed, num_threads=num_threads, copy_share=copy_share,
+                        copy_learning_rate=copy_learning_rate, on_step=on_step)
     train_s = time.time() - t0
     info: dict[str, Any] = {
         "base": "toolcall", "size": size, "seed": seed, "vocab_size": tiny["vocab_size"], "params": tiny["params"],
         "steps": last.get("step"), "tokens": last.get("tokens"), "final_loss": last.get("loss"),
-        "batch_size": batch_size, "learning_rate": learning_rate, "budget": {"steps": steps} if steps else
+        "batch_size": batch_size, "learning_rate": learning_rate, "copy_share": copy_share,
+        "copy_learning_rate": copy_learning_rate, "budget": {"steps": steps} if steps else
         {"minutes": minutes}, "build_s": round(train_s, 1)}
     if eval_n:
         info["eval"] = eval_toolcall(out, n=eval_n)

@@ -182,22 +182,24 @@ def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]]
     return out
 
 
-def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str, float]]:
+def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str, float | None]]:
     """Held-out rates with 95 % Wilson intervals: `call_match` over tool tasks, `unseen_string_call_match` over the
     tool tasks with a string argument value not in `seen` (the training tasks' string values), `one_call` /
     `two_calls` over tool tasks by their number of calls, `abstain_ok` over no-tool tasks, `correct` over all;
-    `errors` counts errored rollouts."""
+    `errors` the share of errored rollouts. Every rollout counts: an errored one is a failure in each rate it falls
+    under. A rate over no task is `None` (JSON null)."""
     from toolgym.stats import wilson
 
-    def rate(xs: list[bool]) -> dict[str, float]:
-        lo, hi = wilson(sum(xs), len(xs)) if xs else (float("nan"), float("nan"))
-        return {"rate": sum(xs) / len(xs) if xs else float("nan"), "n": len(xs), "lo": lo, "hi": hi}
+    def rate(xs: list[bool]) -> dict[str, float | None]:
+        if not xs:
+            return {"rate": None, "n": 0, "lo": None, "hi": None}
+        lo, hi = wilson(sum(xs), len(xs))
+        return {"rate": sum(xs) / len(xs), "n": len(xs), "lo": lo, "hi": hi}
 
     def matched(t: Any) -> bool:
-        return t.metrics.get("call_match", 0.0) == 1.0
+        return t.error is None and t.metrics.get("call_match", 0.0) == 1.0
 
-    ok = [t for t in trajs if t.error is None]
-    tool = [t for t in ok if t.task.get("expected_calls")]
+    tool = [t for t in trajs if t.task.get("expected_calls")]
     unseen = [t for t in tool if any(isinstance(v[0], str) and v[0] not in (seen or set())
                                      for c in t.task["expected_calls"] for v in c["arguments"].values())]
     return {
@@ -205,9 +207,10 @@ def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str,
         "unseen_string_call_match": rate([matched(t) for t in unseen]),
         "one_call": rate([matched(t) for t in tool if len(t.task["expected_calls"]) == 1]),
         "two_calls": rate([matched(t) for t in tool if len(t.task["expected_calls"]) > 1]),
-        "abstain_ok": rate([t.metrics.get("abstain_ok", 0.0) == 1.0 for t in ok if not t.task.get("expected_calls")]),
-        "correct": rate([t.rewards.get("correct", 0.0) == 1.0 for t in ok]),
-        "errors": {"rate": float(len(trajs) - len(ok)), "n": len(trajs), "lo": 0.0, "hi": 0.0},
+        "abstain_ok": rate([t.error is None and t.metrics.get("abstain_ok", 0.0) == 1.0
+                            for t in trajs if not t.task.get("expected_calls")]),
+        "correct": rate([t.error is None and t.rewards.get("correct", 0.0) == 1.0 for t in trajs]),
+        "errors": rate([t.error is not None for t in trajs]),
     }
 
 
@@ -247,7 +250,7 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.6))
     width = 0.8 / max(1, len(results))
     for i, (label, r) in enumerate(results.items()):
-        vals = [100 * (r[m]["rate"] if r[m]["n"] else 0.0) for m in metrics]
+        vals = [100 * r[m]["rate"] if r[m]["n"] else 0.0 for m in metrics]
         err = [[max(0.0, 100 * (r[m]["rate"] - r[m]["lo"])) if r[m]["n"] else 0 for m in metrics],
                [max(0.0, 100 * (r[m]["hi"] - r[m]["rate"])) if r[m]["n"] else 0 for m in metrics]]
         ax.bar([k + i * width for k in range(len(metrics))], vals, width, yerr=err, capsize=3, label=label)
