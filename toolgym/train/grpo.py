@@ -324,7 +324,11 @@ class GRPOTrainer:
     def micro_batches(self, sampled: list[TokenTrace], adv: Any) -> tuple[list[MicroBatch], float]:
         """The step's sequences cut into micro-batches of padded tensors, each token weighted with the whole step's
         normalisers (`token_weights`: accumulating the micro-batches' gradients gives the one-batch gradient);
-        also the number of sequences cut at max_seq_len."""
+        also the number of sequences cut at max_seq_len. Sequences are grouped by length (longest first), so a
+        micro-batch pads little: whole games of 900-2,000 tokens in one step otherwise pad each micro-batch to its
+        longest game."""
+        order = sorted(range(len(sampled)), key=lambda i: -len(sampled[i]))
+        sampled, adv = [sampled[i] for i in order], adv[order]
         cfg, n_seqs = self.cfg, len(sampled)
         pg = sampled  # the policy gradient's tokens: every sampled token, or each turn's answer only
         if cfg.pg_tokens == "answer":
