@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up toolgym on a fresh machine: a .venv with toolgym (train, trl, dev, examples and docs extras) and every bundled
-# MCP server and environment package (servers/*, envs/*) installed editable. Idempotent. Needs python3 >= 3.11.
+# MCP server and environment package (servers/*, envs/*) installed editable, plus the example servers (npm, and the
+# mcp 1.x ones in .venv-mcp1). Idempotent. Needs python3 >= 3.11.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -20,4 +21,8 @@ if command -v npm >/dev/null 2>&1; then
   npm ci --prefix examples/npm --no-audit --no-fund --loglevel=error \
     || echo "WARNING: npm ci in examples/npm failed; the tests of the npm-server examples will skip"
 fi
+# third-party MCP servers written for mcp 1.x (mcp-server-sqlite), in their own venv .venv-mcp1: they do not start on
+# the mcp 2.x toolgym pins. Optional: without it examples/third_party_sqlite and its tests are skipped
+PYTHON="$PY" scripts/setup_mcp1_venv.sh \
+  || echo "WARNING: scripts/setup_mcp1_venv.sh failed; the tests of examples/third_party_sqlite will skip"
 echo "toolgym is installed in .venv (activate: . .venv/bin/activate)"

@@ -6,8 +6,9 @@ Targets (each launched as its own process on a free loopback port):
 
     serve-tictactoe  `toolgym serve tictactoe -m scripted:minimax -a transport=inprocess --transport streamable-http`;
                      calls `suggest_move` on random open positions (the agent runs one rollout per call)
-    serve-tictactoe-stdio  the same with the env's default `transport=stdio`: every request spawns its own
-                     `mcp-server-tictactoe` child (session scope "rollout"), so it measures process churn
+    serve-tictactoe-stdio  the same with `-a transport=stdio -a session_scope=rollout` (serve's default before it ran
+                     the env's server in-process): every request takes its own `mcp-server-tictactoe` child (from a
+                     warm pool of pre-started ones), so it measures process churn
     serve-tictactoe-model  `toolgym serve tictactoe` with the env's embedded default model (no `-m`), in-process env
     tictactoe        `mcp-server-tictactoe --transport streamable-http`; each client plays games in a loop:
                      `new_game`, `make_move` (a free cell) until over, `end_game`
@@ -198,9 +199,9 @@ def free_port() -> int:
 def server_command(target: str, port: int) -> list[str]:
     http = ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port)]
     if target.startswith("serve-tictactoe"):
-        env = "stdio" if target == "serve-tictactoe-stdio" else "inprocess"
+        env = ["transport=stdio", "session_scope=rollout"] if target == "serve-tictactoe-stdio" else ["transport=inprocess"]
         model = [] if target == "serve-tictactoe-model" else ["-m", "scripted:minimax"]
-        return [str(BIN / "toolgym"), "serve", "tictactoe", *model, "-a", f"transport={env}", *http]
+        return [str(BIN / "toolgym"), "serve", "tictactoe", *model, *(x for e in env for x in ("-a", e)), *http]
     if target == "tictactoe":
         return [str(BIN / "mcp-server-tictactoe"), *http]
     if target == "sql":

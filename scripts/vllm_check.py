@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tictactoe_corpus() -> object:
+def corpus_module() -> object:
     """The tic-tac-toe env's corpus module, loaded by path: this venv installs neither the env package (whose
     `toolgym.corpora` entry point `init-tiny` uses elsewhere) nor its dependencies."""
     import importlib.util
@@ -68,7 +68,7 @@ def main() -> int:
     from toolgym.models.tiny import init_tiny
     from toolgym.policies.vllm_engine import VLLMPolicy
 
-    ttt = _tictactoe_corpus()
+    ttt = corpus_module()
     TTT_TOOLS = ttt.TTT_TOOLS  # type: ignore[attr-defined]
 
     summary: dict = {"checks": {}}

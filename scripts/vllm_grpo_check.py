@@ -22,18 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_check import corpus_module  # scripts/ is on sys.path when this file runs as a script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tictactoe_corpus() -> object:
-    """The tic-tac-toe env's corpus module, loaded by path: this venv installs neither the env package (whose
-    `toolgym.corpora` entry point `init-tiny` uses elsewhere) nor its dependencies."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tictactoe_corpus", ROOT / "envs/tictactoe/toolgym_tictactoe/corpus.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
 
 
 def main() -> int:
@@ -57,7 +48,7 @@ def main() -> int:
     from toolgym.train.runstate import read_metrics
 
     tmp = Path(tempfile.mkdtemp(prefix="toolgym-vllm-grpo-"))
-    model_dir = init_tiny(tmp / "tiny", size="tiny", seed=0, corpus_sources=["chatml", _tictactoe_corpus().tictactoe_corpus])  # type: ignore[attr-defined]
+    model_dir = init_tiny(tmp / "tiny", size="tiny", seed=0, corpus_sources=["chatml", corpus_module().tictactoe_corpus])  # type: ignore[attr-defined]
     cfg = GRPOConfig(
         model=str(model_dir), output_dir=str(tmp / "run"), env="digits", num_examples=16, batch_size=4,
         rollouts_per_example=8, learning_rate=3e-2 if args.mode != "lora" else 5e-2, max_tokens=8,

@@ -260,6 +260,6 @@ async def test_launched_server_that_exits_reports_its_stderr() -> None:
     spec = ServerSpec.http(f"http://127.0.0.1:{port}/mcp", launch=[
         sys.executable, "-c", "import sys; sys.stderr.write('bad config: no port\\n'); sys.exit(3)"])
     env = FlakyEnv(server=spec)
-    with pytest.raises(Exception, match=r"exited with 3: bad config: no port"):
+    with pytest.raises(Exception, match=r"exited with 3 while starting: bad config: no port"):
         await env.start()
     await env.aclose()

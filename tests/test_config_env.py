@@ -22,7 +22,7 @@ scope = "shared"
 [env]
 system_prompt = "Use the tools. Answer inside <answer></answer>."
 max_turns = 5
-hidden_tools = ["crash", "hang", "get_value", "pid", "log", "write_file", "list_files"]
+hidden_tools = ["crash", "hang", "get_value", "pid", "log", "write_file", "list_files", "block", "env_length"]
 tool_timeout = 5
 [tasks]
 path = "tasks.jsonl"
@@ -114,8 +114,9 @@ async def test_config_env_missing_task_field_is_a_named_error(tmp_path: Path) ->
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda c: c.replace("[server]\ncommand", "[server]\nurl = 'http://x/mcp'\ncommand"), "exactly one of"),
     (lambda c: c.replace("max_turns = 5", "max_turns = 0"), "max_turns"),
-    (lambda c: c.replace("tool_timeout = 5", "tool_timout = 5"), "tool_timout"),
-    (lambda c: c.replace('type = "call_match"', 'type = "vibes"'), "rewards.1.type"),
+    (lambda c: c.replace("tool_timeout = 5", "tool_timout = 5"),
+     r"env.toml:\d+: env.tool_timout: unknown key \(did you mean 'tool_timeout'\?\)"),
+    (lambda c: c.replace('type = "call_match"', 'type = "vibes"'), r"env.toml:\d+: rewards\[1\]\.type: Input"),
     (lambda c: c.replace('tool = "add"\n', ""), "needs `tool`"),
     (lambda c: c.split("[[rewards]]")[0], "rewards"),
     (lambda c: c.replace('[tasks]\npath = "tasks.jsonl"', ""), "tasks"),

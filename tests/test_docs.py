@@ -146,14 +146,21 @@ def test_cli_reference_is_generated_from_the_app() -> None:
 
 @pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
-        pytest.skip("mkdocs is not installed (pip install -e '.[docs]'; setup.sh does)")
+    if any(importlib.util.find_spec(m) is None for m in ("mkdocs", "mkdocstrings", "griffe_pydantic")):
+        pytest.skip("the docs packages are not installed (pip install -e '.[docs]'; setup.sh does)")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
     assert "toolgym eval" in (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    # the API reference renders config fields (griffe-pydantic), formulas (arithmatex) and docstring tables
+    training = (tmp_path / "site" / "reference" / "api" / "training" / "index.html").read_text()
+    assert "Peak learning rate (AdamW)." in training and "pydantic-field" in training
+    loss = training[training.index("Per-token objective"):][:6000]
+    assert '<span class="arithmatex">' in loss and "<table>" in loss and "<em>A" not in loss
+    core = (tmp_path / "site" / "reference" / "api" / "core" / "index.html").read_text()
+    assert "<td><code>Rubric</code></td>" in core
 
 
 def _results_table(text: str) -> str:

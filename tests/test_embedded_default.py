@@ -56,4 +56,6 @@ def test_flags_override_the_default_options() -> None:
     env = TicTacToeEnv(transport="inprocess")
     assert policy_choice(env, None, {"temperature": 0.8, "top_p": None}) == (
         f"hf:{CHECKPOINT}", {"temperature": 0.8, "max_tokens": 200})
-    assert policy_choice(env, "scripted:random", {"temperature": None, "seed": 3}) == ("scripted:random", {"seed": 3})
+    # -m keeps the env's sampling defaults (a scripted player ignores those it does not declare)
+    assert policy_choice(env, "scripted:random", {"temperature": None, "seed": 3}) == (
+        "scripted:random", {"temperature": 0.0, "max_tokens": 200, "seed": 3})

@@ -2,7 +2,7 @@
 model give identical rewards, metrics and tool-call records through
 
 - `run_rollout` (the rollout engine behind eval, synth and GRPO),
-- `toolgym serve` (its `Agent`, which runs each request as a rollout),
+- `toolgym serve` (its `Agent`, which runs each request as a rollout, unscored: the same episode without rewards),
 - the TRL adapter (`TRLEnv`; TRL's tool loop is reproduced here as TRL 1.16's `GRPOTrainer._tool_call_loop` runs it:
   one turn's async tool calls created together and awaited with `asyncio.gather` on another event loop -- no model
   and no trainer, so the test stays fast),
@@ -156,9 +156,9 @@ def via_trl() -> tuple[list[dict[str, Any]], list[int]]:
                         completion.append({"role": "tool", "name": n, "content": str(results[j])})
                 got = {n: f(completions=[completion], environments=[inst])[0]
                        for n, f in zip(names, tg.reward_funcs(), strict=True)}
-                rewards, metrics, _ = tg.run(inst._scored(completion))
+                ep = tg.episode_of(inst)
+                rewards, metrics, _ = next(score for e, score in tg.episodes() if e is ep)
                 assert {n: v for n, v in got.items() if n in rewards} == rewards  # TRL's view of the same scores
-                ep = inst._episode
                 pids.append(ep.state["counter_pid"])
                 calls = _scored_calls(ep, completion, tg.env.max_turns)
                 out.append({"rewards": rewards, "metrics": metrics, "records": record_view(calls),
@@ -197,7 +197,11 @@ def test_rollout_serve_and_trl_play_the_same_episodes() -> None:
 
     served, served_pids = via_serve()
     assert served_pids[1] != served_pids[0]
-    assert served == rollout
+    # a served request is the same episode, unscored (it has no reference to grade against): no rewards, metrics
+    # or call_match flags, everything else identical
+    assert all(r["rewards"] == {} and r["metrics"] == {} for r in served)
+    assert served == [{**r, "rewards": {}, "metrics": {}, "records": [(*c[:7], None, *c[8:]) for c in r["records"]]}
+                      for r in rollout]
 
     trl, trl_pids = via_trl()
     assert trl_pids[1] != trl_pids[0]

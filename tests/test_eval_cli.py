@@ -59,9 +59,10 @@ def test_endpoint_errors_after_retries_are_rollout_errors(tmp_path: Path) -> Non
     with StubEndpoint(fail_first=10_000) as stub:
         code, text = _eval("-n", "2", "-m", "openai:stub", "--base-url", stub.url, "-o", str(tmp_path / "r"),
                            "-a", "transport=inprocess", "--model-arg", "backoff_s=0.001", "--model-arg", "max_retries=2")
-    assert code == 0, text
+    assert code == 3, text  # every rollout errored: the results are written, and the exit code says so
+    assert text.strip().splitlines()[-1].startswith("error: all 2 rollouts errored: EndpointError x2")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["errors"] == 2 and stub.requests == 6
+    assert summary["errors"] == 2 and summary["error_rate"] == 1.0 and stub.requests == 6
     assert "HTTP 503" in read_jsonl(tmp_path / "r" / "results.jsonl")[0]["error"]
 
 
@@ -139,6 +140,54 @@ def test_resume_keeps_finished_rollouts(tmp_path: Path) -> None:
     code, text = _eval("-n", "5", "-r", "1", "-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out),
                        "--resume")
     assert code == 2 and "different run" in text
+
+
+def test_resume_checks_the_folder_before_loading_the_policy_and_says_what_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--resume` of another run fails before any policy loads (no model load, no progress bar), with one line;
+    `--resume` of a finished run says "N of M already done" first."""
+    import toolgym.policies
+
+    out = tmp_path / "res"
+    args = ("-m", "scripted:minimax", "-a", "transport=inprocess", "-o", str(out))
+    assert _eval("-n", "3", *args)[0] == 0
+    loaded = []
+    real = toolgym.policies.load_policy
+    monkeypatch.setattr(toolgym.policies, "load_policy", lambda *a, **kw: loaded.append(a) or real(*a, **kw))
+    for bad in (("-n", "4", *args, "--resume"), ("-n", "3", *args)):  # another run; results without --resume
+        code, text = _eval(*bad)
+        assert code == 2 and text.startswith("error: ") and len(text.strip().splitlines()) == 1, text
+        assert "rollouts" not in text and "━" not in text  # no progress bar after the error
+    assert loaded == []  # refused before the policy (a model: 9-15 s) was loaded
+    code, text = _eval("-n", "3", *args, "--resume")
+    assert code == 0 and text.startswith(f"--resume: 3 of 3 rollouts already done in {out}; running the other 0"), text
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text(lines[0] + "\n")
+    code, text = _eval("-n", "3", *args, "--resume")
+    assert code == 0 and "--resume: 1 of 3 rollouts already done" in text, text
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("env_name, model, key", [("sql", None, True), ("sql", "scripted:wrong", False),
+                                                  ("tictactoe", "scripted:minimax", False)])
+def test_every_summary_names_the_policy_and_flags_an_answer_key(tmp_path: Path, env_name: str, model: str | None,
+                                                                  key: bool) -> None:
+    """`toolgym eval sql` without -m runs the env's reference player, which reads each task's answer: the summary
+    says so (output and summary.json), so its 1.0 is not mistaken for a model's score."""
+    out = tmp_path / "ev"
+    argv = ["eval", env_name, "-n", "2", "-o", str(out), *(["-m", model] if model else [])]
+    if env_name == "tictactoe":
+        argv += ["-a", "transport=inprocess"]
+    res = runner.invoke(app, argv, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    name = model or "scripted:reference"
+    assert f"policy: {name} sampling: none (a scripted player)" in text
+    assert ("the env default" in text) == (model is None)
+    assert ("answer key: this policy reads each task's expected answer, so these scores are the environment's "
+            "ceiling, not a model's" in text) == key
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == name and summary["answer_key"] is key
 
 
 def test_resume_replaces_errored_rollouts_one_record_each(tmp_path: Path) -> None:

@@ -38,7 +38,8 @@ def _gone(procs: list[psutil.Process], timeout: float = 10.0) -> list[psutil.Pro
 
 
 @pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
-@pytest.mark.parametrize(("transport", "sig"), [("stdio", signal.SIGINT), ("http", signal.SIGKILL)])
+@pytest.mark.parametrize(("transport", "sig"), [("stdio", signal.SIGINT), ("http", signal.SIGKILL),
+                                                ("http", signal.SIGTERM)])  # SIGTERM: handled as SIGINT
 def test_interrupted_eval_leaves_no_server_and_resumes(tmp_path: Path, transport: str, sig: int) -> None:
     out = tmp_path / "run"
     proc, servers = _start(out, transport)

@@ -194,10 +194,16 @@ def test_summarize() -> None:
              _traj(2, 0, 0.0, error="ToolCallError: boom")]
     s = summarize(trajs)
     assert s["rollouts"] == 5 and s["errors"] == 1 and s["error_kinds"] == {"ToolCallError": 1}
-    assert s["reward"]["mean"] == pytest.approx(0.75) and s["reward"]["n"] == 4
-    assert s["pass_at_k"]["1"] == pytest.approx((0.5 + 1.0) / 2) and s["pass_at_k"]["2"] == pytest.approx(1.0)
-    assert s["pass_hat_k"]["2"] == pytest.approx((0.0 + 1.0) / 2)
-    assert s["outcomes"] == {"win": 0.75, "draw": 0.0, "loss": 0.25}
+    assert s["error_rate"] == pytest.approx(0.2) and s["error_rate_ci"]["lo"] < 0.2 < s["error_rate_ci"]["hi"]
+    # every rollout counts, the errored one as a failure at reward 0
+    assert s["reward"]["mean"] == pytest.approx(0.6) and s["reward"]["n"] == 5
+    assert s["reward_finished"]["mean"] == pytest.approx(0.75) and s["reward_finished"]["n"] == 4
+    assert s["rewards"]["w"]["n"] == 4  # a reward function's mean: over the rollouts that produced it
+    assert s["pass_at_k"]["1"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert s["outcomes"] == pytest.approx({"win": 0.6, "draw": 0.0, "loss": 0.4})  # the errored one is a loss
+    assert s["stop_reasons"] == {"done": 4, "error": 1}
+    even = summarize(trajs[:4] + [_traj(2, 0, 1.0), _traj(2, 1, 0.0, error="KeyError: x")])
+    assert even["pass_at_k"]["2"] == pytest.approx(1.0) and even["pass_hat_k"]["2"] == pytest.approx(1 / 3)
     acc = tool_accuracy(trajs)
     assert acc["*"]["calls"] == 3 and acc["*"]["exec_ok"] == pytest.approx(1 / 3)
     assert acc["move"]["args_ok"] == 0.5 and acc["look"]["parse_ok"] == 0.0
@@ -214,3 +220,30 @@ def test_metric_may_not_apply_but_a_reward_must() -> None:
     assert metrics == {"only_even": 1.0}
     with pytest.raises(RewardError, match="only_even"):
         asyncio.run(Rubric([(only_even, 1.0)]).score(task={"i": 1}))
+
+
+def test_one_errored_rollout_of_five_is_a_failure_not_left_out() -> None:
+    """Issue 30: with 1 of 5 rollouts errored the mean was 1.0 (n = 4) and pass@1 1.0; it is 0.8 over all five."""
+    trajs = [_traj(i, 0, 1.0) for i in range(4)] + [_traj(4, 0, 0.0, error="KeyError: 'x'")]
+    s = summarize(trajs)
+    assert s["reward"]["mean"] == pytest.approx(0.8) and s["reward"]["n"] == 5
+    assert s["pass_at_k"]["1"] == pytest.approx(0.8)
+    assert s["reward"]["lo"] < 0.8 < s["reward"]["hi"] <= 1.0  # a rate: the Wilson interval over all five
+    floor = summarize(trajs, error_reward=-1.0)  # an env whose rewards go below 0 sets its floor
+    assert floor["reward"]["mean"] == pytest.approx(0.6) and floor["error_reward"] == -1.0
+
+
+def test_all_errored_is_a_number_not_nan() -> None:
+    s = summarize([_traj(i, 0, 0.0, error="TypeError: bad") for i in range(10)])
+    assert s["errors"] == 10 and s["error_rate"] == 1.0 and s["reward"]["mean"] == 0.0
+    assert s["pass_at_k"]["1"] == 0.0 and s["reward_finished"]["n"] == 0
+
+
+def test_breakdown_counts_errored_rollouts() -> None:
+    ts = [_traj(i, 0, 1.0) for i in range(4)]
+    for i, t in enumerate(ts):
+        t.task = {"kind": "a" if i < 2 else "b"}
+    ts[3].error = "ToolCallError: boom"
+    by = breakdown(ts, ["kind"])
+    assert by["kind"]["a"]["errors"] == 0 and by["kind"]["a"]["reward"]["mean"] == 1.0
+    assert by["kind"]["b"]["n"] == 2 and by["kind"]["b"]["errors"] == 1 and by["kind"]["b"]["reward"]["mean"] == 0.5

@@ -344,8 +344,9 @@ def test_setup_and_cleanup_calls_run_hidden_from_the_model(tmp_path: Path, sandb
 
 def test_keep_sandboxes_keeps_each_rollouts_folder(tmp_path: Path, sandbox_root: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """`keep_sandboxes = true` (config) or TOOLGYM_KEEP_SANDBOXES=1 (environment) leaves each rollout's sandbox, with
-    what its server wrote, after the run; without either the same run leaves nothing."""
+    """`keep_sandboxes = true` (config) or TOOLGYM_KEEP_SANDBOXES=1 (environment) leaves exactly the rollouts'
+    sandboxes, with what their servers wrote -- not the one that listed the tools nor warm-pool ones no rollout took
+    (issue 30: 29 folders were kept for 24 rollouts); without either the same run leaves nothing."""
     tasks = [{"prompt": "go", "i": i, "expected_calls": [{"name": "write_file", "arguments": {
         "filename": [f"mine-{i}.txt"], "text": ["x"]}}]} for i in range(3)]
     server = 'cwd = "{rollout_dir}"\n'
@@ -354,8 +355,8 @@ def test_keep_sandboxes_keeps_each_rollouts_folder(tmp_path: Path, sandbox_root:
         return sorted(sorted(p.name for p in d.iterdir()) for d in sandbox_root.iterdir()) \
             if sandbox_root.is_dir() else []
 
-    mine = [[".keep"]] + [[".keep", f"mine-{i}.txt"] for i in range(3)]  # + the (empty) one that listed the tools
-    trajs = _run_reference(load_env(_config(tmp_path, tasks, server + "keep_sandboxes = true\n")))
+    mine = [[".keep", f"mine-{i}.txt"] for i in range(3)]
+    trajs = _run_reference(load_env(_config(tmp_path, tasks, server + "keep_sandboxes = true\nprestart = 2\n")))
     assert [t.error for t in trajs] == [None] * 3
     assert kept() == mine
     assert sweep_stale(sandbox_root) == 0  # a kept sandbox is not swept either

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -16,6 +17,12 @@ from toolgym import load_env, load_policy
 from toolgym.serve import MAX_REQUEST_CHARS, build_agent_server
 
 TOOLGYM = str(Path(sys.executable).parent / "toolgym")
+
+
+def _params(*args: str) -> StdioServerParameters:
+    """`toolgym serve ARGS` over stdio, with this process's environment (the SDK's default passes only a few
+    variables, which would drop a PYTHONPATH pointing at the code under test)."""
+    return StdioServerParameters(command=TOOLGYM, args=["serve", *args], env=dict(os.environ))
 
 
 def _payload(res):
@@ -55,9 +62,7 @@ def _slow(policy, delay_s, inflight=None):
 
 def test_a_client_plays_a_full_game_against_the_served_agent_over_stdio():
     async def go():
-        params = StdioServerParameters(command=TOOLGYM, args=["serve", "tictactoe", "-m", "scripted:minimax",
-                                                              "-a", "transport=inprocess"])
-        async with Client(stdio_client(params)) as c:
+        async with Client(stdio_client(_params("tictactoe", "-m", "scripted:minimax"))) as c:
             names = {t.name for t in (await c.list_tools()).tools}
             assert {"run_agent", "suggest_move"} <= names
             rng, board, moves = random.Random(3), "." * 9, 0
@@ -84,20 +89,46 @@ def test_bad_and_oversized_requests_are_clear_errors_and_the_server_stays_health
                 assert res.is_error and needle in res.content[0].text, res.content[0].text
             res = await c.call_tool("suggest_move", {"board": "........."})
             assert not res.is_error
-            res = await c.call_tool("run_agent", {"request": ""})
-            assert res.is_error and "non-empty" in res.content[0].text
-            res = await c.call_tool("run_agent", {"request": "play", "max_turns": 1000})
-            assert res.is_error and "max_turns" in res.content[0].text
+            for args, needle in [  # strict types, one line each; tic-tac-toe's run_agent takes no free text
+                ({"max_turns": 1000}, "invalid argument max_turns=1000: Input should be less than or equal to 100"),
+                ({"max_turns": True}, "invalid argument max_turns=true: Input should be a valid integer"),
+                ({"max_turns": "3"}, 'invalid argument max_turns="3": Input should be a valid integer'),
+                ({"seed": 1.5}, "invalid argument seed=1.5"),
+                ({"opponent_random_move_prob": 2}, "less than or equal to 1"),
+                ({"request": "What is 2+2? Do not play."}, "run_agent takes no argument 'request'; it takes: seed, "
+                                                           "agent_starts, opponent_random_move_prob, max_turns"),
+            ]:
+                res = await c.call_tool("run_agent", args)
+                assert res.is_error and needle in res.content[0].text, (args, res.content[0].text)
+                assert "\n" not in res.content[0].text
+            res = await c.call_tool("suggest_move", {"board": ".........", "agentplays": "O"})
+            assert res.is_error and "suggest_move takes no argument 'agentplays'" in res.content[0].text
+            assert not (await c.call_tool("run_agent", {"seed": 3, "max_turns": 2})).is_error  # and it still plays
 
     asyncio.run(go())
 
 
+def _echo_wiki_server(**kw):
+    """The wiki env (in-process server) served with a scripted agent that answers with the request it was given:
+    what a free-text `run_agent` does with its text is visible in the answer."""
+    from toolgym import AssistantTurn, ScriptedPolicy
+
+    env = load_env("wiki", transport="inprocess")
+
+    def echo(messages, memory):
+        asked = next(m["content"] for m in messages if m["role"] == "user")
+        return AssistantTurn(content=f"<answer>you asked: {asked}</answer>")
+
+    return build_agent_server(env, ScriptedPolicy(echo, "scripted:echo"), **kw)
+
+
 def test_an_oversized_request_is_refused_before_any_run_and_the_server_keeps_serving():
     """`run_agent`'s request cap (MAX_REQUEST_CHARS, 8,000 characters; docs/security.md): one character over, or a
-    megabyte, is a clear error result and starts no rollout; exactly at the cap runs, and so does the next client."""
-    srv = _server()
+    megabyte, is a clear error result and starts no rollout; exactly at the cap runs, and so does the next client.
+    An env that takes free text (wiki: the default `serve_task`), so `run_agent` has a `request`."""
+    srv = _echo_wiki_server()
     assert MAX_REQUEST_CHARS == 8_000 and srv.agent.max_request_chars == MAX_REQUEST_CHARS
-    prefix = "Play a game of tic-tac-toe. "
+    prefix = "Who founded the oldest city? "
 
     async def go():
         async with Client(srv) as c:
@@ -105,16 +136,144 @@ def test_an_oversized_request_is_refused_before_any_run_and_the_server_keeps_ser
                 res = await c.call_tool("run_agent", {"request": prefix + "x" * (size - len(prefix))})
                 assert res.is_error, res.content[0].text[:200]
                 assert f"request too large: {size} characters (limit 8000)" in res.content[0].text
+            res = await c.call_tool("run_agent", {"request": "  "})
+            assert res.is_error and "request must be a non-empty string" in res.content[0].text
             assert srv.agent.stats["requests"] == 0  # refused before the agent ran
             d = _payload(await c.call_tool("run_agent", {"request": prefix + "x" * (MAX_REQUEST_CHARS - len(prefix))}))
-            assert d["stop_reason"] == "game_over" and d["trace"] and all(t["ok"] for t in d["trace"])
+            assert d["outcome"] == "answered" and d["answer"].startswith("you asked: " + prefix)
         async with Client(srv) as c:  # a fresh client after the refusals
             d = _payload(await c.call_tool("run_agent", {"request": prefix}))
-            assert d["stop_reason"] == "game_over"
-            assert _payload(await c.call_tool("suggest_move", {"board": "........."}))["valid"]
+            assert d["answer"] == "you asked: " + prefix.strip()
 
     asyncio.run(go())
-    assert srv.agent.stats["requests"] == 3 and srv.agent.stats["errors"] == 0
+    assert srv.agent.stats["requests"] == 2 and srv.agent.stats["errors"] == 0
+
+
+def test_run_agent_request_text_and_seed_reach_the_episode():
+    """Free text goes to the agent as the task's prompt (its answer shows it), and the request's seed seeds the
+    episode: the same arguments are the same task, other ones another."""
+    srv = _echo_wiki_server()
+    seen = []
+    run = srv.agent.run
+
+    async def spy(task, max_turns=None, seed=None):
+        seen.append(task)
+        return await run(task, max_turns, seed)
+
+    srv.agent.run = spy
+
+    async def go():
+        async with Client(srv) as c:
+            a = _payload(await c.call_tool("run_agent", {"request": "What is 2+2? Do not play."}))
+            b = _payload(await c.call_tool("run_agent", {"request": "Name the capital.", "seed": 7}))
+            return a, b
+
+    a, b = asyncio.run(go())
+    assert a["answer"] == "you asked: What is 2+2? Do not play." and b["answer"] == "you asked: Name the capital."
+    assert a["outcome"] == "answered" and a["turns"] == 1
+    assert seen == [{"prompt": "What is 2+2? Do not play.", "seed": 0}, {"prompt": "Name the capital.", "seed": 7}]
+
+
+def test_run_agent_plays_the_game_its_arguments_describe():
+    """Tic-tac-toe's `run_agent` (its `serve_task`): the seed, who starts and the opponent's strength shape the game;
+    different seeds give different games, the same arguments the same game; the result is typed and complete."""
+    srv = _server()
+
+    async def go():
+        async with Client(srv) as c:
+            games = {seed: _payload(await c.call_tool("run_agent", {"seed": seed})) for seed in range(6)}
+            again = _payload(await c.call_tool("run_agent", {"seed": 3}))
+            first = _payload(await c.call_tool("run_agent", {"seed": 0, "agent_starts": True}))
+            second = _payload(await c.call_tool("run_agent", {"seed": 0, "agent_starts": False}))
+            weak = [_payload(await c.call_tool("run_agent", {"seed": s, "opponent_random_move_prob": 1.0}))
+                    for s in range(6)]
+            return games, again, first, second, weak
+
+    games, again, first, second, weak = asyncio.run(go())
+    assert len({tuple(d["moves"]) for d in games.values()}) >= 4  # the seed reaches the opponent and who starts
+    assert again == games[3]  # reproducible
+    for d in [*games.values(), first, second, *weak]:
+        assert d["answer"].strip() and d["outcome"] in ("win", "draw") and d["stop_reason"] == "game_over"
+        assert len(d["board"]) == 9 and d["board"].count("X") == sum(m[0] == "X" for m in d["moves"])
+        assert d["turns"] == len(d["trace"]) and all(t["ok"] for t in d["trace"])
+        assert g.is_over(d["board"]) and [int(m[1]) for m in d["moves"] if m[0] == "X"] == \
+            [t["arguments"]["position"] for t in d["trace"]]
+    assert first["agent_started"] and first["moves"][0][0] == "X"
+    assert not second["agent_started"] and second["moves"][0][0] == "O"
+    assert all(d["outcome"] == "draw" for d in games.values())  # the minimax agent vs the optimal opponent
+    assert sum(d["outcome"] == "win" for d in weak) >= 4  # ... and against a random one
+
+
+def test_every_served_tool_has_a_typed_output_schema():
+    """`outputSchema` names every field of the result and its type (not a bare object), for run_agent (the generic
+    fields and the env's) and for suggest_move; structured results validate against it."""
+    import jsonschema
+
+    srv = _server()
+
+    async def go():
+        async with Client(srv) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            out = {n: t.output_schema for n, t in tools.items()}
+            res = {"run_agent": (await c.call_tool("run_agent", {"seed": 1})).structured_content,
+                   "suggest_move": (await c.call_tool("suggest_move", {"board": "X...O...."})).structured_content}
+            return out, res
+
+    schemas, results = asyncio.run(go())
+    ra = schemas["run_agent"]
+    assert set(ra["required"]) == {"answer", "outcome", "stop_reason", "turns", "trace", "board", "moves",
+                                   "agent_started"}
+    assert ra["properties"]["outcome"]["enum"] == ["win", "draw", "loss", "unfinished"]
+    assert ra["properties"]["moves"] == {**ra["properties"]["moves"], "type": "array", "items": {"type": "string"}}
+    for name, schema in schemas.items():
+        assert schema["type"] == "object" and schema["properties"], name
+        for field, prop in schema["properties"].items():
+            assert prop.get("description") and ("type" in prop or "anyOf" in prop or "$ref" in prop), (name, field)
+        jsonschema.validate(results[name], schema)
+    assert schemas["suggest_move"]["properties"]["status"]["anyOf"][0]["enum"] == ["agent_won", "draw", "in_progress"]
+
+
+def test_the_default_serves_in_process_and_spawns_no_process_per_request(tmp_path):
+    """Plain `toolgym serve tictactoe` (no -a): the env's server runs in the serving process (its `serve_defaults`),
+    so 30 requests start no process at all; `-a transport=stdio` starts one env server for all of them (the env's
+    shared session), not one each. Process trees sampled every 10 ms while the calls run (psutil)."""
+    import threading
+
+    psutil = pytest.importorskip("psutil")
+
+    def descendants_during(*args: str, calls: int = 30) -> tuple[set[int], str]:
+        me, seen, stop = psutil.Process(), set(), threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                seen.update(p.pid for p in me.children(recursive=True))
+                time.sleep(0.01)
+
+        async def go():
+            errlog = tmp_path / f"serve-{len(args)}.log"
+            with errlog.open("w") as err:
+                async with Client(stdio_client(_params("tictactoe", "-m", "scripted:minimax", *args),
+                                               errlog=err)) as c:
+                    for i in range(calls):
+                        tool, a = ("run_agent", {"seed": i}) if i % 2 else ("suggest_move", {"board": "O........"})
+                        assert not (await c.call_tool(tool, a)).is_error
+            return errlog.read_text()
+
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            log = asyncio.run(go())
+        finally:
+            stop.set()
+            t.join()
+        return seen, log
+
+    pids, log = descendants_during()
+    assert len(pids) == 1, pids  # the serve process itself, nothing below it
+    assert "env server inprocess" in log and "ready: stdio" in log, log
+    pids, log = descendants_during("-a", "transport=stdio")
+    assert len(pids) == 2, pids  # serve + one mcp-server-tictactoe for every request
+    assert "env server stdio:mcp-server-tictactoe" in log and "shared sessions" in log, log
 
 
 def test_max_concurrency_bounds_the_policy_calls_in_flight_and_the_rest_wait(monkeypatch):
@@ -131,8 +290,7 @@ def test_max_concurrency_bounds_the_policy_calls_in_flight_and_the_rest_wait(mon
     monkeypatch.setattr(toolgym.policies, "load_policy",
                         lambda uri, env=None, **o: _slow(real_load_policy(uri, env, **o), delay_s, inflight))
     monkeypatch.setattr(MCPServer, "run", lambda self, *a, **kw: served.append(self))
-    res = CliRunner().invoke(app, ["serve", "tictactoe", "-m", "scripted:minimax", "-a", "transport=inprocess",
-                                   "--max-concurrency", "2"])
+    res = CliRunner().invoke(app, ["serve", "tictactoe", "-m", "scripted:minimax", "--max-concurrency", "2"])
     assert res.exit_code == 0 and len(served) == 1, res.output
     srv = served[0]
     boards = ["........."[:i] + "O" + "........."[i + 1:] for i in range(6)]  # O started in cell i; X to move
@@ -249,3 +407,130 @@ def test_suggest_move_for_o_goes_through_the_colour_swap():
             assert d["position"] == 2 and d["board_after"] == "XXXOO...."
 
     asyncio.run(go())
+
+
+def test_board_errors_speak_of_the_clients_colours_and_sizes():
+    """An error names the side the client plays and what it sent: `O........` with O to play is "not a position
+    with O to move: 1 O and 0 X" (not the server's swapped view), and a long board gives its real length."""
+    srv = _server()
+
+    async def go():
+        async with Client(srv) as c:
+            out = {}
+            for board, side in [("O........", "O"), ("X........", "X"), ("OO.X.....", "O"), ("X" * 250, "X"),
+                                ("X..|.O.|...|..", "X"), ("XXXOO.O..", "O")]:
+                res = await c.call_tool("suggest_move", {"board": board, "agent_plays": side})
+                assert res.is_error
+                out[(board[:14], side)] = res.content[0].text
+            return out
+
+    errors = asyncio.run(go())
+    assert errors[("O........", "O")].endswith("not a position with O to move: 1 O and 0 X")
+    assert errors[("X........", "X")].endswith("not a position with X to move: 1 X and 0 O")
+    assert errors[("OO.X.....", "O")].endswith("not a position with O to move: 2 O and 1 X")
+    assert errors[("X" * 14, "X")].endswith("board too long: 250 characters (a board is 9 cells, at most 200 "
+                                            "characters with separators)")
+    assert "a board has 9 cells (X, O or . for empty), got 11" in errors[("X..|.O.|...|..", "X")]
+    assert errors[("XXXOO.O..", "O")].endswith("the game on that board is already over")
+
+
+def test_the_queue_wait_counts_inside_the_timeout():
+    """One run slot, a slow agent (0.6 s a turn), a 1 s timeout: the first of two requests finishes, the second
+    waits for the slot and times out within the same second -- it does not wait forever, and says it waited."""
+    env = load_env("tictactoe", transport="inprocess")
+    srv = build_agent_server(env, _slow(load_policy("scripted:minimax", env), 0.6), timeout_s=1.0, max_concurrency=1)
+
+    async def go():
+        async with Client(srv) as c1, Client(srv) as c2:
+            t0 = time.perf_counter()
+            a, b = await asyncio.gather(c1.call_tool("suggest_move", {"board": "........."}),
+                                        c2.call_tool("suggest_move", {"board": "O........"}))
+            return a, b, time.perf_counter() - t0
+
+    a, b, elapsed = asyncio.run(go())
+    assert not a.is_error and b.is_error, (a.content[0].text, b.content[0].text)
+    assert "did not finish within 1s" in b.content[0].text and "waiting for one of the 1 run slots" in b.content[0].text
+    assert elapsed < 1.6, elapsed
+    assert srv.agent.stats["timeouts"] == 1
+
+
+BAD_OPTIONS = [
+    (["--max-concurrency", "0"], "error: --max-concurrency must be an integer >= 1 (agent runs in flight at once), got 0"),
+    (["--max-concurrency", "-1"], "error: --max-concurrency must be an integer >= 1"),
+    (["--timeout", "0"], "error: --timeout must be a positive number of seconds, got 0"),
+    (["--timeout", "nan"], "error: --timeout must be a positive number of seconds, got nan"),
+    (["--transport", "http"], "error: --transport must be stdio or streamable-http, got 'http'"),
+    (["--transport", "streamable-http", "--port", "70000"], "error: --port must be from 1 to 65535, got 70000"),
+    (["-a", "max_turns=true"], "error: tictactoe: option max_turns='true': a boolean is not a number (int, >= 1)"),
+    (["-m", "hf:/no/such/model"], "error: no such model folder"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_OPTIONS)
+def test_bad_serve_options_are_one_line_errors_before_anything_starts(argv, message, monkeypatch):
+    """Each bad option is one line and exit code 2, before a server starts (the CLI with its transport recorded)."""
+    from mcp.server.mcpserver import MCPServer
+    from typer.testing import CliRunner
+
+    from toolgym.cli import app
+
+    served = []
+    monkeypatch.setattr(MCPServer, "run", lambda self, *a, **kw: served.append(self))
+    res = CliRunner().invoke(app, ["serve", "tictactoe", "-m", "scripted:minimax", *argv], terminal_width=300)
+    out = res.output.strip()
+    assert res.exit_code == 2 and not served, out
+    assert out.startswith(message) and len(out.splitlines()) == 1, out
+    assert "Traceback" not in out and "ready:" not in out
+
+
+def test_a_bad_serve_option_is_one_line_on_a_real_terminal():
+    """The real command (a subprocess): `--max-concurrency 0` prints one line and exits 2 at once (it used to start
+    and hang every call forever)."""
+    import subprocess
+
+    proc = subprocess.run([TOOLGYM, "serve", "tictactoe", "--max-concurrency", "0"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "300"})
+    out = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 2 and out == BAD_OPTIONS[0][1], out
+
+
+def test_ready_line_on_stderr_for_stdio_and_http(tmp_path):
+    """A client or a wrapper script knows when to connect: `ready: stdio` / `ready: http://HOST:PORT/mcp` on stderr
+    (stdout stays the MCP channel), and the HTTP server answers right after it."""
+    import subprocess
+
+    from toolgym.sandbox import free_port
+
+    def wait_ready(proc):
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("ready: "):
+                return line.strip(), "".join(lines)
+        raise AssertionError("".join(lines))
+
+    proc = subprocess.Popen([TOOLGYM, "serve", "tictactoe", "-m", "scripted:minimax"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line, log = wait_ready(proc)
+        assert line.startswith("ready: stdio (") and "policy scripted:minimax" in log
+    finally:
+        proc.kill()
+        proc.wait()
+    port = free_port()
+    proc = subprocess.Popen([TOOLGYM, "serve", "tictactoe", "-m", "scripted:minimax", "--transport", "streamable-http",
+                             "--port", str(port)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line, _ = wait_ready(proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert line.startswith(f"ready: {url} (")
+
+        async def call():
+            async with Client(url) as c:
+                return _payload(await c.call_tool("suggest_move", {"board": "O........"}))
+
+        assert asyncio.run(call())["valid"]
+    finally:
+        proc.terminate()
+        proc.wait(10)

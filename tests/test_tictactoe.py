@@ -135,13 +135,14 @@ def test_piece_lists_agree_with_the_grid() -> None:
 
 
 def test_game_table_evicts_the_oldest_games_past_max_games() -> None:
-    """The game table is bounded (docs/security.md): past `max_games` the oldest games are evicted, a call on an
-    evicted id is a clear error result, the newest games play on and the table never holds more than the cap."""
+    """The game table is bounded (docs/security.md): past `max_games` the least recently used idle games are evicted
+    (here every game is idle at once: idle_s=0), a call on an evicted id is a clear error result, the newest games
+    play on and the table never holds more than the cap."""
     from mcp_server_tictactoe.server import MAX_GAMES
 
     assert build_server().games.max_games == MAX_GAMES == 100_000  # the default the security page states
     cap = 3
-    srv = build_server(max_games=cap)
+    srv = build_server(max_games=cap, max_client_games=cap, idle_s=0)
 
     async def main() -> None:
         s = await MCPSession.open(ServerSpec.inprocess(srv), srv)

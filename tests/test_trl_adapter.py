@@ -177,7 +177,7 @@ def test_grpo_two_steps_cpu(tmp_path: Path) -> None:
         logs = [h for h in trainer.state.log_history if "reward" in h]
         assert len(logs) == 2, trainer.state.log_history
         assert tg.errors == []
-        calls = [r for inst in tg._instances for r in inst._records]
+        calls = [c for ep, _ in tg.episodes() for c in ep.calls]
         assert calls, "TRL's tool loop never reached the MCP server"
         assert any(r.exec_ok for r in calls)
         summary = [{k: v for k, v in h.items() if k.startswith(("rewards/", "reward", "tools/"))} for h in logs]

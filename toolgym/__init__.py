@@ -1,14 +1,17 @@
 """toolgym: train and evaluate tool-using language models with RL, where the environments are MCP servers.
 
 The public surface:
-    ServerSpec, StatefulToolEnv, stop, env_tool      - wrap an MCP server as a multi-turn environment
-    Rubric                                           - weighted reward functions
-    Policy, PolicySession, load_policy               - what writes the assistant turns
-    PolicyUnavailable                                - raised when a policy cannot answer at all (stops a run)
-    ScriptedPolicy                                   - a policy from a Python function
-    run_rollout, run_rollouts                        - the rollout engine
-    load_env                                         - an env by name (entry point) or config file
-    Trajectory, AssistantTurn, ToolCall, CallRecord, TokenTrace - the records
+
+| names | what |
+|---|---|
+| `ServerSpec`, `StatefulToolEnv`, `stop`, `env_tool` | wrap an MCP server as a multi-turn environment |
+| `Rubric` | weighted reward functions |
+| `Policy`, `PolicySession`, `load_policy` | what writes the assistant turns |
+| `PolicyUnavailable` | raised when a policy cannot answer at all (stops a run) |
+| `ScriptedPolicy` | a policy from a Python function |
+| `run_rollout`, `run_rollouts` | the rollout engine |
+| `load_env` | an env by name (entry point) or config file |
+| `Trajectory`, `AssistantTurn`, `ToolCall`, `CallRecord`, `TokenTrace` | the records |
 """
 
 from toolgym.env import HiddenCallError, StatefulToolEnv, env_tool, stop

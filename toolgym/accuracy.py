@@ -1,19 +1,33 @@
-"""Tool-call accuracy (BFCL-aligned): argument validation against the tool's `inputSchema` and AST-style matching
-of a call against an expected call.
+"""Tool-call accuracy (BFCL-aligned): argument validation against the tool's `inputSchema` and matching of a call
+against an expected call.
 
 `validate_args` also rejects argument names the schema does not list (unless it sets `additionalProperties`).
 
 Expected calls in a task use BFCL's ground-truth shape, each argument listing its acceptable values:
 `{"name": "make_move", "arguments": {"position": [4]}}`. A plain (non-list) value is read as a one-value list, so a
-list-valued argument is written as a list of options: `{"cells": [[1, 2]]}`. A parameter whose
-list contains `""` (or None) is optional. Matching rules (BFCL AST checker): same function name; no unexpected
-arguments; every required argument present; a value matches if it equals one acceptable value, where strings compare
-case-insensitively ignoring spaces and common punctuation, ints are accepted for floats, and lists/dicts compare
-element-wise with the same rules.
+list-valued argument is written as a list of options: `{"cells": [[1, 2]]}`. A parameter whose list contains `""`
+(or None) is optional. A call matches when it has the same name, no unexpected arguments, every required argument,
+and each value equals one acceptable value under the argument's **matching mode** (`MATCH_MODES`):
+
+- `exact` (the default): equal JSON values -- strings character for character, numbers by value (`2` equals `2.0`,
+  `1999` does not equal `19.99`), booleans only booleans, lists in order, objects key by key;
+- `case_insensitive`: as exact, strings compared case-folded;
+- `normalized`: BFCL's AST checker -- strings compared case-insensitively ignoring spaces and common punctuation
+  (`'wool-rug'` equals `'Wool Rug'`), ints accepted for floats;
+- `numeric`: numbers within `tolerance` (absolute, default 1e-6): `{"mode": "numeric", "tolerance": 0.01}`;
+- `regex`: each acceptable value is a pattern the whole value must match (`re.fullmatch`; a number is matched as
+  its JSON text);
+- `set`: lists equal as sets (order and repeats ignored; elements compared exactly).
+
+An expected call names modes in its `match` key: one mode for every argument (`"match": "case_insensitive"`) or one
+per argument (`"match": {"query": "normalized", "limit": {"mode": "numeric", "tolerance": 1}}`); arguments it does
+not name use the env's default (`StatefulToolEnv.call_match_mode`, `[tasks] match` in a config env: `exact`).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 from typing import Any
 
@@ -62,45 +76,144 @@ def _norm_str(s: str) -> str:
     return _PUNCT.sub("", s).lower()
 
 
-def value_matches(value: Any, accepted: Any) -> bool:
-    """BFCL-style equality of one argument value against one acceptable value."""
-    if isinstance(accepted, bool) or isinstance(value, bool):
-        return value is accepted or value == accepted and type(value) is type(accepted)
-    if isinstance(accepted, float) and isinstance(value, int | float):
-        return abs(float(value) - accepted) <= 1e-9 * max(1.0, abs(accepted))
-    if isinstance(accepted, int) and isinstance(value, int):
-        return value == accepted
-    if isinstance(accepted, str) and isinstance(value, str):
-        return _norm_str(value) == _norm_str(accepted)
+MATCH_MODES = ("exact", "case_insensitive", "normalized", "numeric", "regex", "set")
+"""The names of the argument matching modes (see the module docstring)."""
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _same(value: Any, accepted: Any, leaf: Any) -> bool:
+    """Structural equality: lists in order and objects key by key, scalars compared by `leaf(value, accepted)`."""
     if isinstance(accepted, list) and isinstance(value, list | tuple):
-        return len(value) == len(accepted) and all(value_matches(v, a) for v, a in zip(value, accepted, strict=True))
+        return len(value) == len(accepted) and all(_same(v, a, leaf) for v, a in zip(value, accepted, strict=True))
     if isinstance(accepted, dict) and isinstance(value, dict):
-        return set(value) == set(accepted) and all(value_matches(value[k], accepted[k]) for k in accepted)
-    return bool(value == accepted)
+        return set(value) == set(accepted) and all(_same(value[k], accepted[k], leaf) for k in accepted)
+    if isinstance(accepted, list | dict) or isinstance(value, list | tuple | dict):
+        return False
+    if isinstance(accepted, bool) or isinstance(value, bool):
+        return type(value) is type(accepted) and value == accepted
+    return bool(leaf(value, accepted))
 
 
-def call_matches(name: str, args: dict[str, Any] | None, expected: dict[str, Any]) -> bool:
-    """Whether a call equals an expected call under BFCL AST rules (see module docstring)."""
+def _exact_leaf(v: Any, a: Any) -> bool:
+    if _is_num(v) and _is_num(a):
+        return bool(v == a)
+    return type(v) is type(a) and bool(v == a)
+
+
+def _ci_leaf(v: Any, a: Any) -> bool:
+    if isinstance(v, str) and isinstance(a, str):
+        return v.casefold() == a.casefold()
+    return _exact_leaf(v, a)
+
+
+def _bfcl_leaf(v: Any, a: Any) -> bool:
+    if isinstance(a, float) and _is_num(v):
+        return abs(float(v) - a) <= 1e-9 * max(1.0, abs(a))
+    if isinstance(a, int) and isinstance(v, int):
+        return bool(v == a)
+    if isinstance(a, str) and isinstance(v, str):
+        return _norm_str(v) == _norm_str(a)
+    return bool(v == a)
+
+
+def _mode_of(spec: Any) -> tuple[str, dict[str, Any]]:
+    """`(mode, options)` of a mode spec: a name, or `{"mode": name, ...options}`."""
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, dict) and isinstance(spec.get("mode"), str):
+        return spec["mode"], {k: v for k, v in spec.items() if k != "mode"}
+    raise ValueError(f"a matching mode is a name ({', '.join(MATCH_MODES)}) or {{\"mode\": name, ...}}, not {spec!r}")
+
+
+def check_mode(spec: Any) -> str | None:
+    """None when `spec` is a valid matching mode, else why not (for `toolgym check`)."""
+    try:
+        mode, opts = _mode_of(spec)
+    except ValueError as exc:
+        return str(exc)
+    if mode not in MATCH_MODES:
+        close = difflib.get_close_matches(mode, MATCH_MODES, 1)
+        return f"unknown matching mode {mode!r}" + (f" (did you mean {close[0]!r}?)" if close else "") + \
+            f"; modes: {', '.join(MATCH_MODES)}"
+    extra = set(opts) - ({"tolerance"} if mode == "numeric" else set())
+    if extra:
+        return f"matching mode {mode!r} takes no option(s) {sorted(extra)}"
+    if mode == "numeric" and "tolerance" in opts and not (_is_num(opts["tolerance"]) and opts["tolerance"] >= 0):
+        return f"numeric tolerance must be a number >= 0, not {opts['tolerance']!r}"
+    return None
+
+
+def value_matches(value: Any, accepted: Any, mode: Any = "exact") -> bool:
+    """Whether one argument value equals one acceptable value under matching mode `mode` (a name or a
+    `{"mode": ..., ...}` spec; see the module docstring). An unknown mode raises `ValueError`."""
+    name, opts = _mode_of(mode)
+    if name == "exact":
+        return _same(value, accepted, _exact_leaf)
+    if name == "case_insensitive":
+        return _same(value, accepted, _ci_leaf)
+    if name == "normalized":
+        return _same(value, accepted, _bfcl_leaf)
+    if name == "numeric":
+        tol = float(opts.get("tolerance", 1e-6))
+        return _same(value, accepted, lambda v, a: _is_num(v) and _is_num(a) and abs(v - a) <= tol + 1e-12)
+    if name == "regex":
+        if not isinstance(accepted, str):
+            return False
+        text = value if isinstance(value, str) else json.dumps(value) if _is_num(value) else None
+        return text is not None and re.fullmatch(accepted, text) is not None
+    if name == "set":
+        if not (isinstance(value, list | tuple) and isinstance(accepted, list)):
+            return False
+        return all(any(_same(v, a, _exact_leaf) for a in accepted) for v in value) and \
+            all(any(_same(v, a, _exact_leaf) for v in value) for a in accepted)
+    raise ValueError(check_mode(mode) or f"unknown matching mode {mode!r}")
+
+
+def argument_modes(expected: dict[str, Any], default: Any = "exact") -> dict[str, Any]:
+    """The matching mode of each argument of an expected call: its `match` entry (one mode, or one per argument),
+    else `default`."""
+    spec = expected.get("match")
+    params = expected.get("arguments", {}) or {}
+    if spec is None:
+        return {p: default for p in params}
+    if isinstance(spec, dict) and "mode" not in spec:
+        return {p: spec.get(p, default) for p in params}
+    return {p: spec for p in params}
+
+
+def is_optional_marker(option: Any) -> bool:
+    """Whether an acceptable value is BFCL's "may be left out" marker (`""` or None)."""
+    return option is None or (isinstance(option, str) and option == "")
+
+
+def call_matches(name: str, args: dict[str, Any] | None, expected: dict[str, Any], default: Any = "exact") -> bool:
+    """Whether a call equals an expected call (see the module docstring); `default`: the mode of arguments the
+    expected call's `match` does not name."""
     if args is None or name != expected.get("name"):
         return False
-    spec: dict[str, Any] = expected.get("arguments", {})
+    spec: dict[str, Any] = expected.get("arguments", {}) or {}
     if set(args) - set(spec):
         return False
+    modes = argument_modes(expected, default)
     for param, accepted in spec.items():
         options = accepted if isinstance(accepted, list) else [accepted]
-        optional = any(o == "" or o is None for o in options)
+        optional = any(is_optional_marker(o) for o in options)
         if param not in args:
             if not optional:
                 return False
             continue
-        if not any(value_matches(args[param], o) for o in options if not (o == "" or o is None)):
+        if not any(value_matches(args[param], o, modes[param]) for o in options if not is_optional_marker(o)):
             return False
     return True
 
 
-def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]]) -> list[bool]:
+def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
+                   default: Any = "exact") -> list[bool]:
     """Position-wise match of the model's calls against the expected calls (one flag per model call)."""
     flags = []
     for i, (name, args) in enumerate(calls):
-        flags.append(i < len(expected) and call_matches(name, args, expected[i]))
+        flags.append(i < len(expected) and call_matches(name, args, expected[i], default))
     return flags

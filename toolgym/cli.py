@@ -1,15 +1,25 @@
-"""The `toolgym` command line (typer + rich)."""
+"""The `toolgym` command line (typer + rich).
+
+Exit codes (every command): 0 done; 2 the command could not run -- a bad option, env config, task file or task
+(`toolgym check`), a server that does not start, an unreachable model endpoint -- with a one-line reason per problem
+(`FILE:LINE: what, and how to fix`; `--debug` adds the traceback); 3 (`toolgym eval`) the run finished but too many
+rollouts errored (`--fail-on-error RATE`; by default when every rollout errored), results written; 1 an unexpected
+error (a bug: the traceback is printed).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -32,9 +42,31 @@ def parse_kv(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True)  # one line, however long
-    raise typer.Exit(2)
+EXIT_USAGE = 2
+"""Exit code of a command that could not run (bad option, config, task file or task, server or endpoint down)."""
+EXIT_ERRORS = 3
+"""Exit code of an eval that finished with too many errored rollouts (`--fail-on-error`)."""
+DEBUG_OPTION = typer.Option(False, "--debug", help="Print the full traceback of an error (also TOOLGYM_DEBUG=1)")
+
+
+def _debug() -> bool:
+    return os.environ.get("TOOLGYM_DEBUG", "") not in ("", "0")
+
+
+@app.callback()
+def _main(debug: bool = DEBUG_OPTION) -> None:
+    """Train and evaluate tool-using models on MCP-server environments."""
+    if debug:
+        os.environ["TOOLGYM_DEBUG"] = "1"
+
+
+def _fail(msg: str, code: int = EXIT_USAGE) -> None:
+    """Print `error: msg` (one line per problem, however long) and exit with `code`; with --debug, first the traceback
+    of the exception being handled."""
+    if _debug() and sys.exc_info()[1] is not None:
+        console.print_exception()
+    console.print(f"[bold red]error:[/] {escape(msg)}", soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def env_from_cli(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any], Any]:
@@ -45,19 +77,41 @@ def env_from_cli(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any]
     try:
         args = parse_env_args(env_name, pairs)
         return args, load_env(env_name, **args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         _fail(str(exc))
         raise
 
 
 def policy_choice(env: Any, model: str | None, flags: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The policy URI and its options: `--model` or else the env's embedded default (with its
-    `default_policy_options`), then every flag that was given (not None) on top."""
-    defaults: dict[str, Any] = {}
+    """The policy URI and its options: `--model` or else the env's embedded default, with the env's
+    `default_policy_options` -- all of them for its default, the sampling ones (temperature, top_p, max_tokens, seed)
+    for a `--model` -- then every flag that was given (not None) on top."""
+    from toolgym.policies import SAMPLING_OPTIONS
+
+    defaults = dict(getattr(env, "default_policy_options", None) or {})
     if model is None:
         model = getattr(env, "default_policy", None) or "scripted:reference"
-        defaults = dict(getattr(env, "default_policy_options", None) or {})
+    else:
+        defaults = {k: v for k, v in defaults.items() if k in SAMPLING_OPTIONS}
     return model, {**defaults, **{k: v for k, v in flags.items() if v is not None}}
+
+
+def sampling_of(options: dict[str, Any]) -> dict[str, Any]:
+    """The sampling options among a policy's (temperature, top_p, max_tokens, seed), for the record."""
+    from toolgym.policies import SAMPLING_OPTIONS
+
+    return {k: options[k] for k in SAMPLING_OPTIONS if k in options}
+
+
+def sampling_text(uri: str, options: dict[str, Any]) -> str:
+    """`temperature=0.0 max_tokens=200 seed=0`, or what a policy that samples nothing means by them."""
+    if uri.startswith("scripted:"):
+        return "none (a scripted player)"
+    s = sampling_of(options)
+    text = " ".join(f"{k}={v}" for k, v in s.items())
+    if "temperature" not in s:
+        text = ("temperature=the backend's default " + text).strip()
+    return text
 
 
 _GENERIC_DIRS = {"final", "checkpoint", "checkpoints", "model", "adapter", "merged", "latest", "best"}
@@ -115,55 +169,102 @@ def eval_cmd(
     out: Path | None = typer.Option(None, "-o", "--out", help="Results folder (default runs/eval/ENV-MODEL-TIME)"),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, keeping finished rollouts"),
     success_threshold: float = typer.Option(1.0, help="A rollout passes (for pass@k) when reward >= this"),
+    skip_invalid_tasks: bool = typer.Option(False, "--skip-invalid-tasks",
+                                            help="Leave out tasks that fail `toolgym check` (counted and reported) "
+                                                 "instead of refusing to start"),
+    fail_on_error: float | None = typer.Option(None, "--fail-on-error", metavar="RATE", min=0.0, max=1.0,
+                                               help="Exit with code 3 when the share of errored rollouts is above "
+                                                    "RATE (default: only when every rollout errored)"),
+    error_reward: float | None = typer.Option(None, "--error-reward",
+                                              help="The reward an errored rollout counts with in the statistics "
+                                                   "(default: the env's floor, 0)"),
+    debug: bool = DEBUG_OPTION,
 ) -> None:
-    """Evaluate a policy on an environment: progress bar, summary table, results folder."""
-    from toolgym.eval import evaluate, report_names
+    """Evaluate a policy on an environment: progress bar, summary table, results folder. The tasks are checked
+    against the servers' tool schemas first (`toolgym check`). Exit codes: 0 done, 2 could not start, 3 too many
+    errored rollouts (`--fail-on-error`)."""
+    from toolgym.check import InvalidTasksError, checked_tasks
+    from toolgym.eval import RESUME_KEYS, check_run_folder, evaluate, report_names
+    from toolgym.mcp_bridge import ServerStartError, server_logs
     from toolgym.policies import PolicyUnavailable, load_policy
 
+    if debug:
+        os.environ["TOOLGYM_DEBUG"] = "1"
     if num_examples < 0 or rollouts < 1 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
     env_args, env = env_from_cli(env_name, env_arg)
+    default = model is None
     model, options = policy_choice(env, model, {
         "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
         "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
-    try:
-        policy = load_policy(model, env, **options)
-    except (ValueError, ImportError, OSError) as exc:
-        _fail(str(exc))
-    tasks = env.build_dataset(num_examples or None, seed=seed)
+    tasks = dataset_from_cli(env, num_examples or None, seed)
     if out is None:
         out = default_out(env, env_name, model)
     info = {"env": env_name, "env_args": env_args, "model": model, "seed": seed,
             "sampling": {k: v for k, v in options.items() if k != "api_key"}}
     total = len(tasks) * rollouts
-    console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}  {len(tasks)} examples x {rollouts} rollouts, "
-                  f"concurrency {concurrency} -> {out}")
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as prog:
-        bar = prog.add_task("rollouts", total=total, reward=0.0, errors=0)
+    try:  # before a model loads: a folder that holds another run, or results without --resume, fail at once
+        keys = None if not skip_invalid_tasks else tuple(k for k in RESUME_KEYS if k != "n")  # n: tasks kept
+        done, _ = check_run_folder(out, {**info, "n": len(tasks), "rollouts_per_example": rollouts}, resume, keys)
+    except (FileExistsError, ValueError) as exc:
+        _fail(str(exc))
+    if resume:
+        console.print(f"--resume: {done} of {total} rollouts already done in {out}; running the other {total - done}",
+                      soft_wrap=True)
+    try:
+        policy = load_policy(model, env, **options)
+    except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
+    floor = env.error_reward if error_reward is None else error_reward
+    console.print(f"[bold]toolgym eval[/] {env_name}  policy={model}{' (the env default)' if default else ''}  "
+                  f"{len(tasks)} examples x {rollouts} rollouts, concurrency {concurrency} -> {out}", soft_wrap=True)
+    console.print(f"sampling: {sampling_text(model, options)}" + ("" if not policy.answer_key else
+                  f"   [bold yellow]{model} is the answer key[/]: it reads each task's expected answer"),
+                  soft_wrap=True)
+    prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("reward {task.fields[reward]:.3f}  errors {task.fields[errors]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+    if True:  # the bar shows once the servers are up and the tasks checked
         seen: dict[str, float] = {"n": 0, "sum": 0.0, "err": 0}
 
-        def tick(t: Any) -> None:
+        def tick(t: Any) -> None:  # the running mean over every rollout, an errored one at the floor
             seen["n"] += 1
-            if t.error:
-                seen["err"] += 1
-            else:
-                seen["sum"] += t.reward
-            ok = seen["n"] - seen["err"]
-            prog.update(bar, advance=1, reward=seen["sum"] / ok if ok else 0.0, errors=int(seen["err"]))
+            seen["err"] += bool(t.error)
+            seen["sum"] += floor if t.error else t.reward
+            prog.update(bar, advance=1, reward=seen["sum"] / seen["n"], errors=int(seen["err"]))
 
         async def go() -> Any:
+            nonlocal bar
             try:
                 await policy.preflight()  # an endpoint that refuses connections: one error, no results folder
-                return await evaluate(env, policy, tasks, rollouts, concurrency, out, resume, info,
-                                      success_threshold, tick)
+                run_tasks, report = await checked_tasks(env, tasks, skip_invalid_tasks)
+                skipped = [str(p) for p in report.problems]
+                if skipped:
+                    console.print(f"[yellow]skipped {len(report.invalid)} invalid task(s)[/] (--skip-invalid-"
+                                       f"tasks): {escape(skipped[0])}" + (f" (+{len(skipped) - 1} more problems, "
+                                                                          "listed in summary.json)"
+                                                                          if len(skipped) > 1 else ""), soft_wrap=True)
+                prog.start()
+                bar = prog.add_task("rollouts", total=len(run_tasks) * rollouts, reward=0.0, errors=0)
+                return await evaluate(env, policy, run_tasks, rollouts, concurrency, out, resume, info,
+                                      success_threshold, tick, floor, skipped, seed=options.get("seed"))
             finally:
+                if prog.live.is_started:
+                    prog.stop()
                 await env.aclose()
                 await policy.aclose()
 
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
+        bar: Any = None
         try:
-            _, summary = asyncio.run(go())
+            with server_logs(out / "servers"):  # the servers' stderr: never on the terminal
+                _, summary = asyncio.run(go())
+        except InvalidTasksError as exc:
+            _fail(str(exc))
+        except ServerStartError as exc:
+            _fail(server_error(env, exc))
         except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
         except PolicyUnavailable as exc:
@@ -171,22 +272,78 @@ def eval_cmd(
                 if (out / "results.jsonl").exists() else ""
             _fail(f"{exc}{kept}")
     print_summary(summary, report_names(env))
+    console.print(policy_line(summary), soft_wrap=True)
     plots = "rewards.png" + (", breakdown.png" if summary.get("by") else "")
     console.print(f"results: {out}/results.jsonl  summary: {out}/summary.json  plots: {out}/{{{plots}}}")
+    too_many = error_verdict(summary, fail_on_error)
+    if too_many:
+        _fail(f"{too_many}; results in {out} (servers' logs: {out}/servers/)", EXIT_ERRORS)
+
+
+def error_verdict(summary: dict[str, Any], fail_on_error: float | None) -> str | None:
+    """Why an eval should exit non-zero for its errored rollouts (None: it should not): their share is above
+    `fail_on_error`, or -- with None -- every rollout errored."""
+    n, errors = summary["rollouts"], summary["errors"]
+    if not errors:
+        return None
+    rate = errors / n
+    if (fail_on_error is None and errors < n) or (fail_on_error is not None and rate <= fail_on_error):
+        return None
+    kinds = ", ".join(f"{k} x{v}" for k, v in list(summary.get("error_kinds", {}).items())[:2])
+    what = f"all {n} rollouts errored" if errors == n else \
+        f"{errors} of {n} rollouts errored ({100 * rate:.1f} % > --fail-on-error {100 * fail_on_error:.1f} %)"
+    return f"{what}: {kinds}"
+
+
+def dataset_from_cli(env: Any, n: int | None, seed: int) -> list[dict[str, Any]]:
+    """`env.build_dataset(n, seed)`, a missing or bad task file exiting with its one-line error."""
+    from toolgym.config_env import TaskFileError
+
+    try:
+        return list(env.build_dataset(n, seed=seed))
+    except (TaskFileError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        raise
+
+
+def server_error(env: Any, exc: Exception) -> str:
+    """A server that did not start, as `FILE:LINE: ...` of its config entry (a config env)."""
+    from toolgym.config_env import start_error_message
+
+    return start_error_message(env, exc)
+
+
+def policy_line(summary: dict[str, Any]) -> str:
+    """Who played, how it sampled, and -- for a reference player -- that the score is the env's answer key."""
+    line = f"policy: [bold]{summary.get('policy', '?')}[/]"
+    sampling = summary.get("sampling")
+    if sampling is not None:
+        line += f"   sampling: {sampling_text(str(summary.get('policy', '')), sampling)}"
+    if summary.get("answer_key"):
+        line += ("\n[bold yellow]answer key:[/] this policy reads each task's expected answer, so these scores are "
+                 "the environment's ceiling, not a model's (evaluate a model with -m)")
+    return line
 
 
 def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> None:
     """The summary tables; `names` (the rubric's functions) are the columns of the per-field breakdown tables."""
-    t = Table(title=f"summary ({summary['rollouts']} rollouts, {summary['errors']} errors)", show_lines=False)
+    n, errors = summary["rollouts"], summary["errors"]
+    rate = summary.get("error_rate", errors / n if n else 0.0)
+    t = Table(title=f"summary ({n} rollouts, {errors} errored = {100 * rate:.1f} %)", show_lines=False)
     t.add_column("name")
+    t.add_column("n", justify="right")
     t.add_column("mean", justify="right")
     t.add_column("± 95% CI", justify="right")
     r = summary["reward"]
-    t.add_row("[bold]reward[/]", f"{r['mean']:.4f}", f"{r['ci95']:.4f}")
+    floor = summary.get("error_reward", 0.0)
+    t.add_row("[bold]reward[/]" + (f" [dim](errored = {floor:g})[/]" if errors else ""), str(r["n"]),
+              f"{r['mean']:.4f}", f"{r['ci95']:.4f}")
+    ci = summary.get("error_rate_ci")
+    t.add_row("errored rollouts", str(n), f"{rate:.4f}", f"{ci['lo']:.3f}-{ci['hi']:.3f}" if ci and n else "-")
     for k, v in summary["rewards"].items():
-        t.add_row(f"reward/{k}", f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
+        t.add_row(f"reward/{k}", str(v["n"]), f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
     for k, v in summary["metrics"].items():
-        t.add_row(k, f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
+        t.add_row(k, str(v["n"]), f"{v['mean']:.4f}", f"{v['ci95']:.4f}")
     console.print(t)
     if "outcomes" in summary:
         o = summary["outcomes"]
@@ -215,11 +372,13 @@ def print_summary(summary: dict[str, Any], names: list[str] | None = None) -> No
         tb = Table(title=f"by {field}: % with 95% CI (summary.json has the intervals)")
         tb.add_column(field)
         tb.add_column("n", justify="right")
+        tb.add_column("errored", justify="right")
         for c in cols:
             tb.add_column(c, justify="right")
         for value, r in rows.items():
-            tb.add_row(value, str(r["n"]), *[f"{100 * r[c]['mean']:.1f} ±{50 * (r[c]['hi'] - r[c]['lo']):.1f}"
-                                             if c in r else "-" for c in cols])
+            tb.add_row(value, str(r["n"]), str(r.get("errors", 0)),
+                       *[f"{100 * r[c]['mean']:.1f} ±{50 * (r[c]['hi'] - r[c]['lo']):.1f}"
+                         if c in r else "-" for c in cols])
         console.print(tb)
     if summary["errors"]:
         console.print(f"[yellow]errors by kind:[/] {summary['error_kinds']}")
@@ -255,19 +414,69 @@ def envs_cmd(
         console.print(t)
 
 
+@app.command("check")
+def check_cmd(
+    env_name: str = typer.Argument(..., help="Environment name or path to an env config .toml"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+    num_examples: int = typer.Option(0, "-n", "--num-examples", help="Tasks to check (0: all)"),
+    seed: int = typer.Option(0, "--seed", help="Dataset seed"),
+    debug: bool = DEBUG_OPTION,
+) -> None:
+    """Check an environment before running it: connect to its servers, list their tools and validate every task's
+    `expected_calls` against the live schemas (the tool exists and the model sees it, the arguments exist, the values
+    are valid, the required ones are given). Prints each bad task as FILE:LINE: reason; exits 2 if there is one.
+    `toolgym eval`, `synth` and `train` run the same check first."""
+    from toolgym.check import check_tasks
+    from toolgym.mcp_bridge import ServerStartError
+
+    if debug:
+        os.environ["TOOLGYM_DEBUG"] = "1"
+    t0 = time.perf_counter()
+    _, env = env_from_cli(env_name, env_arg)
+    tasks = dataset_from_cli(env, num_examples or None, seed)
+
+    async def go() -> Any:
+        try:
+            await env.start()
+            return check_tasks(env, tasks)
+        finally:
+            await env.aclose()
+
+    try:
+        report = asyncio.run(go())
+    except ServerStartError as exc:
+        _fail(server_error(env, exc))
+    except ValueError as exc:
+        _fail(str(exc))
+    for problem in report.problems:
+        console.print(escape(str(problem)), soft_wrap=True, highlight=False)
+    bad = len(report.invalid)
+    verdict = "[green]all valid[/]" if not bad else f"[bold red]{bad} invalid[/] ({len(report.problems)} problems)"
+    console.print(f"{env_name}: {report.tasks} tasks, {verdict}; {report.tools} tools seen by the model; "
+                  f"{time.perf_counter() - t0:.1f} s", soft_wrap=True)
+    if bad:
+        raise typer.Exit(EXIT_USAGE)
+
+
 @app.command("tools")
 def tools_cmd(
     env_name: str = typer.Argument(..., help="Environment name or config path"),
     env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
 ) -> None:
     """Show the tool schemas the model sees in an environment (hidden tools and arguments removed)."""
+    from toolgym.mcp_bridge import ServerStartError
+
     _, env = env_from_cli(env_name, env_arg)
 
     async def go() -> list[dict[str, Any]]:
         async with env:
             return env.model_tools()
 
-    console.print_json(json.dumps(asyncio.run(go())))
+    try:
+        tools = asyncio.run(go())
+    except ServerStartError as exc:
+        _fail(server_error(env, exc))
+    console.print_json(json.dumps(tools))
 
 
 @app.command("serve")
@@ -278,38 +487,93 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8770, "--port"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL(s), comma-separated"),
-    temperature: float | None = typer.Option(None, "-t", "--temperature"),
-    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
+    temperature: float | None = typer.Option(None, "-t", "--temperature",
+                                             help="Sampling temperature (default: the env's, e.g. 0 for tic-tac-toe)"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens"),
+    seed: int | None = typer.Option(None, "--seed", help="Mixed into every request's sampling seed (each request is "
+                                                         "seeded by its own arguments: asking again gives the same "
+                                                         "answer)"),
+    env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable; default: "
+                                                                   "the env's serve defaults, e.g. transport=inprocess)"),
     model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one agent run may take"),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one agent run may take, the wait for a free "
+                                                           "slot included"),
     max_concurrency: int = typer.Option(16, "--max-concurrency", help="Agent runs in flight at once"),
 ) -> None:
-    """Serve an agent (model + its environment's tools) as an MCP server over stdio or streamable HTTP."""
+    """Serve an agent (model + its environment's tools) as an MCP server over stdio or streamable HTTP. Prints
+    `ready: stdio` or `ready: URL` on stderr once clients can connect; a model loads in the background meanwhile."""
     import logging
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
-    from toolgym.policies import PolicyUnavailable, load_policy
-    from toolgym.serve import build_agent_server
+    from toolgym.policies import PolicyUnavailable, policy_loader
+    from toolgym.serve import ServeOptionError, build_agent_server, check_serve_options, log, port_problem, serve_http
 
+    t0 = time.perf_counter()
     if transport not in ("stdio", "streamable-http"):
-        _fail("--transport must be stdio or streamable-http")
-    _, env = env_from_cli(env_name, env_arg)
-    model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature,
-                                                **parse_kv(model_arg)})
+        _fail(f"--transport must be stdio or streamable-http, got {transport!r}")
     try:
-        policy = load_policy(model, env, **options)
+        check_serve_options(timeout, max_concurrency)
+    except ServeOptionError as exc:
+        _fail(str(exc))
+    if transport == "streamable-http":
+        if not 1 <= port <= 65535:
+            _fail(f"--port must be from 1 to 65535, got {port}")
+        problem = port_problem(host, port)
+        if problem:
+            _fail(problem)
+    _, env = serve_env(env_name, env_arg)
+    model, options = policy_choice(env, model, {"base_url": base_url, "temperature": temperature, "top_p": top_p,
+                                                "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
+    try:
+        load, heavy = policy_loader(model, env, **options)
     except (ValueError, ImportError, OSError) as exc:
         _fail(str(exc))
-    try:
-        asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
-    except PolicyUnavailable as exc:
-        _fail(str(exc))
-    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency)
+    if heavy:  # weights load in a background thread; `initialize` and `tools/list` answer meanwhile
+        policy: Any = ThreadPoolExecutor(1, thread_name_prefix="toolgym-model-load").submit(load)
+
+        def loaded(future: Any) -> None:
+            exc = future.exception()
+            log(f"error: the model failed to load (every call will say so): {type(exc).__name__}: {exc}" if exc
+                else f"model loaded ({time.perf_counter() - t0:.1f}s after start)")
+
+        policy.add_done_callback(loaded)
+    else:
+        policy = load()
+        try:
+            asyncio.run(policy.preflight())  # an endpoint that refuses connections: fail now, not on every request
+        except PolicyUnavailable as exc:
+            _fail(str(exc))
+    srv = build_agent_server(env, policy, timeout_s=timeout, max_concurrency=max_concurrency, policy_name=model,
+                             seed=options.get("seed"))
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    server_kind = env.server.describe() if env.server is not None else "env tools only"
+    about = (f"toolgym serve {env_name}: policy {model} (sampling: {sampling_text(model, options)}), env server "
+             f"{server_kind}, {env.session_scope} sessions; timeout {timeout:g}s, {max_concurrency} runs at once")
+    if heavy:
+        about += "; the model loads in the background"
+
+    def ready(where: str) -> None:
+        log(about)
+        log(f"ready: {where} ({time.perf_counter() - t0:.1f}s after start)")
+
     if transport == "stdio":
+        ready("stdio")
         srv.run("stdio")
     else:
-        srv.run("streamable-http", host=host, port=port)
+        serve_http(srv, host, port, ready)
+
+
+def serve_env(env_name: str, pairs: list[str] | None) -> tuple[dict[str, Any], Any]:
+    """The env `toolgym serve` binds: built with the `-a` options, and the env's `serve_defaults` for those not
+    given (tic-tac-toe: its server in this process)."""
+    args, env = env_from_cli(env_name, pairs)
+    extra = {k: v for k, v in (getattr(env, "serve_defaults", None) or {}).items() if k not in args}
+    if extra:
+        args, env = env_from_cli(env_name, [*(pairs or []), *(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                                                        for k, v in extra.items())])
+    return args, env
 
 
 def _mount_optional() -> None:

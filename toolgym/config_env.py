@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from toolgym.accuracy import call_matches
+from toolgym.accuracy import call_matches, check_mode, is_optional_marker
 from toolgym.env import HiddenCallError, StatefulToolEnv
 from toolgym.episode import current_episode
 from toolgym.mcp_bridge import ServerBinding, ServerSpec
@@ -79,6 +79,8 @@ class ServerConfig(pydantic.BaseModel):
     fixtures: list[str | FixtureConfig] = []
     prestart: int = pydantic.Field(0, ge=0, le=256)
     keep_sandboxes: bool = False
+    error_patterns: list[str] = []  # regexes: a result text matching one is an error (exec_ok false)
+    env_passthrough: list[str] = []  # the caller's environment variables (globs) the server gets beyond the base set
 
     @pydantic.model_validator(mode="after")
     def _one_target(self) -> ServerConfig:
@@ -123,6 +125,15 @@ class EnvSection(pydantic.BaseModel):
 class TasksConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     path: str
+    match: str | dict[str, Any] = "exact"  # matching mode of expected_calls arguments that do not name one
+
+    @pydantic.field_validator("match")
+    @classmethod
+    def _known_mode(cls, v: Any) -> Any:
+        why = check_mode(v)
+        if why:
+            raise ValueError(why)
+        return v
 
 
 class RewardConfig(pydantic.BaseModel):
@@ -254,6 +265,25 @@ def config_location(path: Path | None, entry: str) -> str:
     return f"{path}:{line}: " if line else ""
 
 
+def _server_location(env: ConfigEnv, server: str | None) -> str:
+    """`FILE:LINE: ` of the `[server]` (or the named `[[servers]]`) entry's command, launch or url."""
+    if env.config.server is not None:
+        s: ServerConfig = env.config.server
+        entry = "server"
+    else:
+        i = next((i for i, b in enumerate(env.config.servers) if b.name == server), 0)
+        s, entry = env.config.servers[i], f"servers[{i}]"
+    key = "command" if s.command else ("launch" if s.launch else "url")
+    return config_location(env.source, f"{entry}.{key}")
+
+
+def start_error_message(env: Any, exc: BaseException) -> str:
+    """A server that did not start (`ServerStartError`), prefixed with `FILE:LINE: ` of its config entry when `env`
+    is a config env."""
+    where = _server_location(env, getattr(exc, "server", None)) if isinstance(env, ConfigEnv) else ""
+    return f"{where}{exc}"
+
+
 def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSpec:
     """The `ServerSpec` of a `[server]` section: paths relative to the config folder (a command given as a relative
     path, fixtures), placeholders checked now (a bad one is an error naming its entry)."""
@@ -264,7 +294,8 @@ def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSp
         if not placeholders(src) and not Path(src).exists():
             raise SandboxError(f"{where}.fixtures[{i}]: {src} does not exist", f"{where}.fixtures[{i}]")
         fixtures.append(Fixture(src, fc.dest))
-    sandbox = {"fixtures": fixtures, "prestart": s.prestart, "keep_sandboxes": s.keep_sandboxes}
+    sandbox = {"fixtures": fixtures, "prestart": s.prestart, "keep_sandboxes": s.keep_sandboxes,
+               "error_patterns": list(s.error_patterns), "env_passthrough": list(s.env_passthrough)}
     if s.command:
         cmd = list(s.command)
         if os.sep in cmd[0] and not Path(cmd[0]).is_absolute() and (base / cmd[0]).exists():
@@ -276,7 +307,8 @@ def _server_spec(s: ServerConfig, base: Path, where: str = "server") -> ServerSp
     return spec
 
 
-def _make_reward(rc: RewardConfig, base: Path) -> Any:
+def _make_reward(rc: RewardConfig, base: Path, mode: Any = "exact") -> Any:
+    """The reward function of a `[[rewards]]` entry (`mode`: the default argument matching mode, `[tasks] match`)."""
     if rc.type == "answer":
         def fn(task, messages):  # type: ignore[no-untyped-def]
             if rc.field not in task:
@@ -290,7 +322,7 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
             if not expected:
                 return float(not calls)
             ok = len(calls) == len(expected) and all(
-                call_matches(c.name, c.arguments, e) for c, e in zip(calls, expected, strict=True))
+                call_matches(c.name, c.arguments, e, mode) for c, e in zip(calls, expected, strict=True))
             return float(ok)
     elif rc.type == "called":
         if not rc.tool:
@@ -301,8 +333,8 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
             def named(c):  # type: ignore[no-untyped-def]  # only the arguments the reward names are compared
                 return {k: v for k, v in (c.arguments or {}).items() if k in rc.args}
 
-            return float(any(c.exec_ok and c.name == rc.tool and (want is None or call_matches(c.name, named(c), want))
-                             for c in calls))
+            return float(any(c.exec_ok and c.name == rc.tool and
+                             (want is None or call_matches(c.name, named(c), want, mode)) for c in calls))
     elif rc.type == "tool_result":
         if not rc.tool:
             raise ValueError("reward type 'tool_result' needs `tool`")
@@ -324,7 +356,8 @@ def _make_reward(rc: RewardConfig, base: Path) -> Any:
 
 
 def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
-    """Replays the task's `expected_calls` (first acceptable value of each argument), then answers with the last
+    """Replays the task's `expected_calls` (an expected call's `reference` arguments, else the first acceptable value
+    of each argument; any argument names, `name` included), then answers with the last
     tool output inside <answer> tags (or the task's `answer` when the task has no expected calls). Validates a
     config env's plumbing and rewards; it is an oracle, not a baseline. `answer_from="task"` answers with the
     task's `answer` after the calls instead (concise teacher data for `toolgym synth --teacher-arg
@@ -340,14 +373,17 @@ def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
         i = memory.setdefault("next", 0)
         if i < len(expected):
             memory["next"] = i + 1
-            args = {k: (v[0] if isinstance(v, list) and v else v) for k, v in expected[i].get("arguments", {}).items()
-                    if not (isinstance(v, list) and v and v[0] in ("", None))}
-            return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], **args)])
+            args = expected[i].get("reference")
+            if args is None:
+                args = {k: (v[0] if isinstance(v, list) and v else v) for k, v in
+                        (expected[i].get("arguments") or {}).items() if not (isinstance(v, list) and v and
+                                                                             is_optional_marker(v[0]))}
+            return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], dict(args))])
         last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), None)
         answer = last if last is not None and answer_from == "tool" else str(task.get("answer", ""))
         return AssistantTurn(content=f"<answer>{answer}</answer>")
 
-    return ScriptedPolicy(act, "scripted:reference")
+    return ScriptedPolicy(act, "scripted:reference", answer_key=True)
 
 
 class ConfigEnv(StatefulToolEnv):
@@ -381,6 +417,8 @@ class ConfigEnv(StatefulToolEnv):
         self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
         self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
         self.report_by = tuple(e.report_by)  # type: ignore[misc]
+        self.call_match_mode = config.tasks.match
+        self.task_lines: list[tuple[Path, int]] = []  # (file, line) of each task of the last build_dataset
         self.hidden_args = dict(e.hidden_args)  # type: ignore[misc]
         known = set(e.state) | {c.save for c in config.setup if c.save}
         for tool in e.hidden_args:
@@ -394,7 +432,8 @@ class ConfigEnv(StatefulToolEnv):
         super().__init__(**options)
 
     def build_rubric(self) -> Rubric:
-        return Rubric([(_make_reward(rc, self.base_dir), rc.weight) for rc in self.config.rewards])
+        return Rubric([(_make_reward(rc, self.base_dir, self.config.tasks.match), rc.weight)
+                       for rc in self.config.rewards])
 
     async def _hidden_calls(self, section: str, calls: list[CallConfig], task: dict[str, Any],
                             state: dict[str, Any] | None = None) -> None:
@@ -429,10 +468,14 @@ class ConfigEnv(StatefulToolEnv):
         await self._hidden_calls("cleanup", self.config.cleanup, state.get("task") or {})
 
     def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+        """The task file's rows (the first `n`). A missing file or a bad line raises `TaskFileError` (`FILE:LINE:
+        what, and how to fix`)."""
         path = (self.base_dir / self.tasks_path).resolve()
         if not path.is_file():
-            raise FileNotFoundError(f"task file {path} not found")
-        rows = []
+            where = "" if self.tasks_path != self.config.tasks.path else config_location(self.source, "tasks.path")
+            fix = "fix [tasks] path" if where else "fix the tasks option"
+            raise TaskFileError(f"{where}task file {path} not found ({fix}; paths are relative to {self.base_dir})")
+        rows, lines = [], []
         with path.open() as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
@@ -440,20 +483,85 @@ class ConfigEnv(StatefulToolEnv):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
+                    raise TaskFileError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); each "
+                                        "line must be one JSON object") from None
                 if not isinstance(row, dict) or "prompt" not in row:
-                    raise ValueError(f"{path}:{lineno}: each task needs a 'prompt'")
+                    raise TaskFileError(f"{path}:{lineno}: each task needs a 'prompt' (a JSON object with a "
+                                        "\"prompt\" key)")
                 rows.append(row)
+                lines.append((path, lineno))
+        self.task_lines = lines if n is None else lines[:n]
         return rows if n is None else rows[:n]
+
+    def task_source(self, index: int) -> str:
+        if 0 <= index < len(self.task_lines):
+            path, line = self.task_lines[index]
+            return f"{path}:{line}"
+        return super().task_source(index)
+
+
+class TaskFileError(ValueError):
+    """A task file that is missing or holds a bad line; the message starts with `FILE:LINE:`."""
+
+
+class ConfigError(ValueError):
+    """An env config file that cannot be read (bad TOML/JSON, unknown keys, bad values): one line per problem, each
+    `FILE:LINE: entry: what, and how to fix`."""
+
+
+def _pydantic_errors(path: Path, text: str, exc: pydantic.ValidationError) -> str:
+    """One line per validation error: the entry's file and line, what is wrong and, for an unknown key, the closest
+    known one."""
+    import difflib
+
+    out = []
+    for err in exc.errors()[:5]:
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))]
+        entry = ""
+        for part in loc:
+            entry += f"[{part}]" if isinstance(part, int) else (f".{part}" if entry else str(part))
+        where = config_location(path, entry) or f"{path}: "
+        if err["type"] == "extra_forbidden":
+            parent: Any = EnvConfig
+            for part in loc[:-1]:
+                if isinstance(part, int):
+                    continue
+                fields = getattr(parent, "model_fields", {})
+                ann = fields[part].annotation if part in fields else None
+                parent = next((a for a in getattr(ann, "__args__", (ann,)) if hasattr(a, "model_fields")), ann)
+            known = sorted(getattr(parent, "model_fields", {}))
+            close = difflib.get_close_matches(str(loc[-1]), known, 1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+            out.append(f"{where}{entry}: unknown key ({hint})")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = f" (got {err['input']!r})" if err["type"] not in ("missing",) and not isinstance(
+                err.get("input"), dict | list) else ""
+            out.append(f"{where}{entry or 'config'}: {msg}{got}")
+    if len(exc.errors()) > 5:
+        out.append(f"{path}: ... and {len(exc.errors()) - 5} more problems")
+    return "\n".join(out)
 
 
 def load_config_env(path: str | Path, /, **options: Any) -> ConfigEnv:
     path = Path(path)
-    raw = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the env config ({exc.strerror})") from None
+    try:
+        raw = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        loc = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
+        raise ConfigError(f"{loc}: invalid TOML: {msg} (fix the syntax there)") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     try:
         config = EnvConfig.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise ValueError(f"invalid env config {path}:\n{exc}") from None
+        raise ConfigError(_pydantic_errors(path, text, exc)) from None
     try:
         env = ConfigEnv(config, path.parent.resolve(), **options)
     except SandboxError as exc:  # a bad placeholder, fixture or hidden argument: name the file's line too

@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
@@ -48,7 +48,7 @@ from toolgym.mcp_bridge import (
 from toolgym.options import class_defaults
 from toolgym.rubric import Rubric
 from toolgym.tool_schema import described_signature
-from toolgym.types import AssistantTurn, CallRecord
+from toolgym.types import AssistantTurn, CallRecord, Trajectory
 
 
 def stop(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,7 +127,11 @@ class StatefulToolEnv:
     default_policy: ClassVar[str | None] = None
     """The policy URI `toolgym eval ENV` uses without `--model` (e.g. an embedded model or a reference player)."""
     default_policy_options: ClassVar[dict[str, Any]] = {}
-    """Sampling options of `default_policy` (command-line flags override them)."""
+    """Sampling options of `default_policy` (command-line flags override them; with `--model`, its sampling options
+    -- temperature, top_p, max_tokens, seed -- still apply)."""
+    serve_defaults: ClassVar[dict[str, Any]] = {}
+    """Env options `toolgym serve` uses where the command line gives none (tic-tac-toe: `{"transport": "inprocess"}`,
+    so a request starts no server process)."""
     report_by: ClassVar[tuple[str, ...]] = ()
     """Task fields `toolgym eval` breaks its results down by (tables with CIs and a plot)."""
     report_metrics: ClassVar[tuple[str, ...] | None] = None
@@ -144,6 +148,11 @@ class StatefulToolEnv:
     """The user message a turn without a call gets under `on_no_call = "nudge"`."""
     max_tool_output_chars: int = 20_000
     """Tool results longer than this are truncated (with a note) before the model sees them."""
+    call_match_mode: str | dict[str, Any] = "exact"
+    """How arguments of a task's `expected_calls` compare when the expected call's `match` does not say
+    (`toolgym.accuracy.MATCH_MODES`: exact, case_insensitive, normalized, numeric, regex, set)."""
+    error_reward: float = 0.0
+    """The reward an errored rollout counts with in eval statistics (means, CIs, pass@k): a failure, at this floor."""
     rubric: Rubric
     """The reward functions (built once per env by `build_rubric`)."""
     tools: dict[str, ToolInfo]
@@ -176,10 +185,6 @@ class StatefulToolEnv:
             self.server = server  # type: ignore[misc]
         if servers is not None:
             self.servers = list(servers)  # type: ignore[misc]
-        for key, value in (("max_turns", max_turns), ("tool_timeout", tool_timeout), ("on_no_call", on_no_call),
-                           ("session_scope", session_scope)):
-            if value is not None:
-                setattr(self, key, value)
         self.rubric: Rubric = self.build_rubric()
         self.tools: dict[str, ToolInfo] = {}
         self._provider: SessionProvider | MultiProvider | None = None
@@ -233,6 +238,26 @@ class StatefulToolEnv:
                                   "override update_tool_args)")
         return {**args, **{a: state[k] for a, k in sources.items()}}
 
+    def serve_task(self, request: str, seed: int = 0) -> dict[str, Any]:
+        """The task row of one `toolgym serve` `run_agent` request, from its arguments: this method's typed, documented
+        parameters are the tool's (beside `max_turns`), so an env whose episodes take no free text declares what
+        they do take (tic-tac-toe: who starts, the opponent's strength, a seed). Default: the request's text is the
+        task's prompt.
+
+        Args:
+            request: What the agent should do, in plain language.
+            seed: Seeds the episode (and the agent's sampling, when it samples): the same request and seed give the
+                same answer.
+        """
+        return {"prompt": request, "seed": seed}
+
+    def serve_result(self, trajectory: Trajectory) -> Mapping[str, Any]:
+        """Fields `run_agent` returns beside the generic ones (`answer`, `outcome`, `stop_reason`, `turns`, `trace`),
+        read from the finished request's trajectory (`trajectory.info` holds what the hooks left in the state). The
+        return annotation, a `TypedDict`, types them in the tool's output schema; a field named like a generic one
+        replaces it (tic-tac-toe: `outcome` win/draw/loss, the final `board`, the `moves`). Default: none."""
+        return {}
+
     def serve_tools(self, agent: Any) -> dict[str, Callable[..., Any]]:
         """Extra tools `toolgym serve` offers beside `run_agent`, by name: typed, documented async functions built
         around `agent` (a `toolgym.serve.Agent`; e.g. tic-tac-toe's `suggest_move`). Default: none."""
@@ -264,8 +289,8 @@ class StatefulToolEnv:
                 raise ValueError(f"{type(self).__name__} has no server and no env tools")
             return
         else:
-            self._provider = SessionProvider(self.server, self.session_scope)
-        session = await self._provider.acquire()
+            self._provider = SessionProvider(self.server, self.session_scope, self.name)
+        session = await self._provider.acquire(rollout=False)
         try:
             self.tools = {t.name: t for t in await session.list_tools()}
         finally:
@@ -314,6 +339,21 @@ class StatefulToolEnv:
         if self.servers:
             return "the servers " + ", ".join(f"{b.name}={b.spec.describe()}" for b in self.servers)
         return f"the server {self.server.describe()}" if self.server else "no server"
+
+    def is_error_text(self, tool: str, text: str) -> bool:
+        """Whether a tool result's text is an error by the `error_patterns` of the server that offers `tool` (for
+        servers that answer errors as ordinary text, without the MCP error flag)."""
+        if self.servers:
+            name = self.server_of(tool)
+            spec = next((b.spec for b in self.servers if b.name == name), None)
+        else:
+            spec = self.server
+        return spec is not None and spec.is_error_text(text)
+
+    def task_source(self, index: int) -> str:
+        """Where task `index` of the last `build_dataset` comes from, for messages (`FILE:LINE` for a task file);
+        default `task #index`."""
+        return f"task #{index}"
 
     def is_visible(self, tool: str) -> bool:
         """Whether the model may call `tool` (an env tool, or a server tool neither hidden nor outside

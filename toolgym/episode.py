@@ -67,10 +67,12 @@ def _jsonable(v: Any) -> bool:
     )
 
 
-def accuracy_metrics(calls: list[CallRecord], turns: list[AssistantTurn], task: dict[str, Any]) -> dict[str, float]:
+def accuracy_metrics(calls: list[CallRecord], turns: list[AssistantTurn], task: dict[str, Any],
+                     match_mode: Any = "exact") -> dict[str, float]:
     """Tool-call accuracy of one rollout (BFCL names): per-call rates `tool_parse_ok`/`tool_name_ok`/`tool_args_ok`/
     `tool_exec_ok`, `turn_parse_ok`, counts, and -- when the task carries `expected_calls` -- `call_match` (or
-    `abstain_ok` when no call is expected). Sets each record's `call_match` flag."""
+    `abstain_ok` when no call is expected; `match_mode`: the matching mode of arguments an expected call does not
+    name, `toolgym.accuracy`). Sets each record's `call_match` flag."""
     m: dict[str, float] = {"turns": float(len(turns)), "num_calls": float(len(calls))}
     if turns:
         m["turn_parse_ok"] = sum(t.parse_ok for t in turns) / len(turns)
@@ -80,7 +82,7 @@ def accuracy_metrics(calls: list[CallRecord], turns: list[AssistantTurn], task: 
             m[f"tool_{flag}"] = sum(getattr(c, flag) for c in calls) / len(calls)
     if "expected_calls" in task:
         expected = task["expected_calls"] or []
-        flags = match_sequence([(c.name, c.arguments) for c in calls], expected)
+        flags = match_sequence([(c.name, c.arguments) for c in calls], expected, match_mode)
         for c, f in zip(calls, flags, strict=True):
             c.call_match = f
         if expected:
@@ -290,8 +292,11 @@ class Episode:
                 raise ToolCallError(f"no MCP session for tool {call.name!r} (the env has no server)")
             full_args = env.update_tool_args(call.name, args, self.state)
             result = await self.session.call(call.name, full_args, timeout=env.tool_timeout)  # ToolCallError propagates
-            text, rec.exec_ok = result.text, not result.is_error
-            if result.is_error:
+            # exec_ok: the server ran the call without reporting an error -- by its MCP error flag, or (servers that
+            # answer errors as plain text) by a text matching one of the server's `error_patterns`
+            failed = result.is_error or env.is_error_text(call.name, result.text)
+            text, rec.exec_ok = result.text, not failed
+            if failed:
                 rec.error = result.text
                 text = result.text if result.text.lower().startswith("error") else f"Error: {result.text}"
         rec.latency_s = time.perf_counter() - t0
@@ -305,7 +310,7 @@ class Episode:
         if self.session is None:
             raise RuntimeError(f"hidden call {tool}(): the env {self.env.name!r} has no MCP server")
         res = await self.session.call(tool, args, timeout=self.env.tool_timeout)
-        if res.is_error:
+        if res.is_error or self.env.is_error_text(tool, res.text):
             raise HiddenCallError(f"hidden call {tool}({args}) failed: {res.text}")
         return res
 
@@ -369,7 +374,7 @@ async def score_rollout(env: Any, task: dict[str, Any], state: dict[str, Any], t
     `state`, `task`, `traj` and `turns`. Used by `Episode.score` and by the verifiers scorer, which has a transcript
     but no session (`env` may be a stand-in exposing the env's attributes; `values`: entries computed in the
     toolset). Raises `RewardError`."""
-    accuracy = accuracy_metrics(traj.calls, turns, task)
+    accuracy = accuracy_metrics(traj.calls, turns, task, env.call_match_mode)
     rewards, metrics, total = await env.rubric.score(
         state=state, task=task, trajectory=traj, calls=traj.calls, messages=traj.messages, turns=turns, env=env,
         values=values)

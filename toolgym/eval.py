@@ -1,7 +1,8 @@
 """Evaluation runs: n examples x r rollouts through the rollout engine, streamed to a results folder.
 
 Folder layout: `run.json` (what was run), `results.jsonl` (one trajectory per line, appended and flushed as each
-rollout finishes), `summary.json`, `rewards.png`. `resume=True` keeps every finished rollout already in
+rollout finishes), `summary.json`, `rewards.png`, `servers/NAME.log` (each server's stderr). Statistics count every
+rollout, an errored one as a failure (`toolgym.stats`). `resume=True` keeps every finished rollout already in
 `results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
 to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
 are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
@@ -10,14 +11,16 @@ are removed -- so it stays valid JSONL with exactly one record per (example, rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgym.env import StatefulToolEnv
-from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
-from toolgym.policies import Policy
+from toolgym.journal import drop_torn_lines, first_finished, read_results, record_line, run_differences
+from toolgym.mcp_bridge import server_logs
+from toolgym.policies import SAMPLING_OPTIONS, Policy
 from toolgym.rollout import iter_rollouts
 from toolgym.stats import summarize
 from toolgym.types import Trajectory
@@ -34,21 +37,21 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     success_threshold: float = 1.0,
     on_progress: Callable[[Trajectory], None] | None = None,
+    error_reward: float | None = None,
+    skipped_tasks: list[str] | None = None,
+    seed: int | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Run the evaluation; return (trajectories in job order, summary)."""
+    """Run the evaluation; return (trajectories in job order, summary). `error_reward`: what an errored rollout counts
+    as in the statistics (default: the env's `error_reward`, 0); `skipped_tasks`: the invalid tasks left out
+    (`toolgym.check`), reported in the summary; `seed`: each rollout's sampling is seeded by (seed, example, rollout)
+    (`toolgym.rollout.rollout_seed`), so the run can be reproduced -- and resumed -- whatever the concurrency."""
     keep: dict[tuple[int, int], Trajectory] = {}
     results_file = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         run_file = out_dir / "run.json"
         info = dict(run_info or {}, n=len(tasks), rollouts_per_example=rollouts_per_example)
-        if resume and run_file.exists():
-            old = json.loads(run_file.read_text())
-            diff = run_differences(old, info, ("env", "model", "n", "rollouts_per_example", "env_args", "seed"))
-            if diff:
-                raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
-        elif not resume and (out_dir / "results.jsonl").exists():
-            raise FileExistsError(f"{out_dir}/results.jsonl exists: pass --resume to continue it or choose --out")
+        check_run_folder(out_dir, info, resume)
         run_file.write_text(json.dumps(info, indent=2, default=str))
         if resume:  # the file keeps one finished record per rollout; the rest run again
             drop_torn_lines(out_dir / "results.jsonl", first_finished())
@@ -59,22 +62,30 @@ async def evaluate(
     for t in keep.values():
         if on_progress:
             on_progress(t)
-    await env.start()
     try:
-        async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
-            results[(traj.example_id, traj.rollout_index)] = traj
-            if results_file is not None:
-                results_file.write(json.dumps(traj.to_dict(), default=str) + "\n")
-                results_file.flush()
-            if on_progress:
-                on_progress(traj)
+        with server_logs(out_dir / "servers") if out_dir is not None else contextlib.nullcontext():
+            await env.start()
+            async for _, traj in iter_rollouts(env, policy, jobs, concurrency, seed):
+                line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
+                results[(traj.example_id, traj.rollout_index)] = traj
+                if results_file is not None:
+                    results_file.write(line)
+                    results_file.flush()
+                if on_progress:
+                    on_progress(traj)
     finally:
         if results_file is not None:
             results_file.close()
     ordered = [results[k] for k in sorted(results)]
     by = tuple(getattr(env, "report_by", ()) or ())
-    summary = summarize(ordered, success_threshold, by)
-    summary["policy"] = policy.name
+    floor = env.error_reward if error_reward is None else error_reward
+    summary = summarize(ordered, success_threshold, by, floor)
+    if skipped_tasks:
+        summary["skipped_tasks"] = {"count": len(skipped_tasks), "tasks": skipped_tasks}
+    summary["policy"] = (run_info or {}).get("model") or policy.name  # the URI the run named, else the policy's name
+    summary["answer_key"] = bool(getattr(policy, "answer_key", False))
+    if run_info and "sampling" in run_info:  # the sampling options among the policy's (run.json keeps them all)
+        summary["sampling"] = {k: v for k, v in run_info["sampling"].items() if k in SAMPLING_OPTIONS}
     if hasattr(policy, "stats"):
         summary["policy_stats"] = dict(policy.stats)
     if env.provider is not None:
@@ -86,6 +97,42 @@ async def evaluate(
         if summary.get("by"):
             plot_breakdown(summary["by"], report_names(env), out_dir / "breakdown.png", title=title)
     return ordered, summary
+
+
+RESUME_KEYS = ("env", "model", "n", "rollouts_per_example", "env_args", "seed")
+"""What a resumed run must share with the run in its folder (the sampling may change: it is recorded, not checked)."""
+
+
+def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool, keys: tuple[str, ...] | None = None
+                     ) -> tuple[int, int]:
+    """Check, before anything is loaded, that a run described by `info` (with `n` and `rollouts_per_example`) may
+    write to `out_dir`: a folder with results needs `resume`, and a resumed one must hold the same run on `keys`
+    (default `RESUME_KEYS`; a `ValueError` naming the differences; `FileExistsError` without `resume`). Returns
+    (rollouts already finished, rollouts in the run)."""
+    total = int(info["n"]) * int(info["rollouts_per_example"])
+    run_file, results = out_dir / "run.json", out_dir / "results.jsonl"
+    if not resume:
+        if results.exists():
+            raise FileExistsError(f"{results} exists: pass --resume to continue it or choose --out")
+        return 0, total
+    if run_file.exists():
+        diff = run_differences(json.loads(run_file.read_text()), info, keys or RESUME_KEYS)
+        if diff:
+            raise ValueError(f"--resume: {out_dir} holds a different run; differences (old, new): {diff}")
+    keep = first_finished()
+    done = set()
+    if results.exists():
+        for line in results.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and keep(rec):
+                key = (rec.get("example_id"), rec.get("rollout_index"))
+                if isinstance(key[0], int) and isinstance(key[1], int) and key[0] < int(info["n"]) \
+                        and key[1] < int(info["rollouts_per_example"]):
+                    done.add(key)
+    return len(done), total
 
 
 def report_names(env: StatefulToolEnv) -> list[str]:

@@ -6,11 +6,31 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolgym.types import Trajectory
+
+
+def record_line(traj: Trajectory) -> tuple[str, Trajectory]:
+    """The JSONL line that records `traj`, and the trajectory it records. A trajectory that cannot be serialized
+    (values nested too deeply for the JSON encoder, ...) is recorded -- and returned -- as an error record of the same
+    (example, rollout), so that one rollout never ends a run and `--resume` runs it again."""
+    try:
+        return json.dumps(traj.to_dict(), default=str) + "\n", traj
+    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
+        failed = Trajectory(example_id=traj.example_id, rollout_index=traj.rollout_index, task=traj.task,
+                            error=f"the trajectory could not be written ({type(exc).__name__}: {str(exc)[:200]}); "
+                                  "tool-call arguments nested too deeply?",
+                            stop_reason="error", timings=dict(traj.timings))
+        try:
+            return json.dumps(failed.to_dict(), default=str) + "\n", failed
+        except (RecursionError, ValueError, TypeError, OverflowError):  # the task itself: keep only the ids
+            failed.task = {}
+            return json.dumps(failed.to_dict(), default=str) + "\n", failed
 
 
 def read_results(path: Path) -> dict[tuple[int, int], Trajectory]:
@@ -77,3 +97,12 @@ def run_differences(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, .
     value differs from the recorded run's, compared as JSON would store them."""
     new = json.loads(json.dumps(new, default=str))
     return {k: (old.get(k), v) for k, v in new.items() if (keys is None or k in keys) and old.get(k) != v}
+
+
+def sigterm_as_sigint() -> None:
+    """Handle SIGTERM as Ctrl-C (SIGINT): `asyncio.run` then cancels the run, every `finally` runs (servers stopped,
+    sessions released, the journal closed) and the finished rollouts stay for `--resume`. SIGTERM's default action
+    ended the process at once, leaving servers' state behind (a SQL server's session databases, for one). The eval
+    and synth commands call it; main thread only (elsewhere a no-op)."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))

@@ -39,6 +39,7 @@ are checked by name through the same `check_known` (`toolgym.policies.base.check
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import json
 import types
@@ -198,12 +199,24 @@ def declared_options(factory: Callable[..., Any]) -> dict[str, EnvOption] | None
 
 
 def class_defaults(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark an `__init__` whose `None` defaults for `names` mean "the class attribute of the same name": the
-    declared default of each is then the env class's value (what `toolgym envs` shows)."""
+    """Decorate an `__init__` whose `None` defaults for `names` mean "the class attribute of the same name": a value
+    given (not None) is set on the instance before the body runs, and the declared default of each is the env
+    class's value (what `toolgym envs` shows). The option is then spelled twice: the class attribute and the
+    parameter."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn._toolgym_class_defaults = names  # type: ignore[attr-defined]
-        return fn
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+            given = sig.bind_partial(self, *args, **kwargs).arguments
+            for name in names:
+                if given.get(name) is not None:
+                    setattr(self, name, given[name])
+            return fn(self, *args, **kwargs)
+
+        init._toolgym_class_defaults = names  # type: ignore[attr-defined]
+        return init
 
     return mark
 
@@ -222,6 +235,20 @@ def _candidates(raw: str) -> list[Any]:
 
 def _adapter(opt: EnvOption) -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(opt.annotation, config=pydantic.ConfigDict(arbitrary_types_allowed=True))
+
+
+def _admits_bool(annotation: Any) -> bool:
+    """Whether a value of type `annotation` may be a boolean (`bool`, `Any`, a Literal of one, a union with one)."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if annotation in (bool, Any, object, EMPTY):
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return any(isinstance(a, bool) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return any(_admits_bool(a) for a in args)
+    return False
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
@@ -246,8 +273,11 @@ def check_options(factory: Callable[..., Any], values: Mapping[str, Any], env: s
             continue
         adapter = _adapter(opt)
         tries = _candidates(v) if from_text and isinstance(v, str) else [v]
-        first: pydantic.ValidationError | None = None
+        first: pydantic.ValidationError | str | None = None
         for cand in tries:
+            if isinstance(cand, bool) and not _admits_bool(opt.annotation):  # `true` is not 1
+                first = first or "a boolean is not a number"
+                continue
             try:
                 out[k] = adapter.validate_python(cand)
                 break
@@ -256,7 +286,8 @@ def check_options(factory: Callable[..., Any], values: Mapping[str, Any], env: s
         else:
             assert first is not None
             rule = f", {opt.range}" if opt.range else ""
-            raise EnvOptionError(f"{env}: option {k}={v!r}: {_first_error(first)} ({opt.type_name}{rule})")
+            why = first if isinstance(first, str) else _first_error(first)
+            raise EnvOptionError(f"{env}: option {k}={v!r}: {why} ({opt.type_name}{rule})")
     missing = [o.name for o in opts.values() if o.required and o.name not in out]
     if missing:
         raise EnvOptionError(f"{env}: missing required option(s) {', '.join(missing)}")

@@ -18,6 +18,7 @@ on with the next one. `PolicyUnavailable` (the policy cannot answer at all) stop
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -37,10 +38,13 @@ async def run_rollout(
     example_id: int = 0,
     rollout_index: int = 0,
     max_turns: int | None = None,
+    sampling_seed: int | None = None,
+    score: bool = True,
 ) -> Trajectory:
-    """Play one rollout (`max_turns`: this rollout's turn cap instead of the env's). Never raises for model or server
-    failures: they land in the trajectory -- except `PolicyUnavailable` (the policy cannot answer at all), which
-    stops the run."""
+    """Play one rollout (`max_turns`: this rollout's turn cap instead of the env's; `sampling_seed`: the policy's
+    sampling is a function of it (`Policy.open_seeded`); `score=False`: no rubric -- a served request has no reference
+    to grade against -- so `rewards` stay empty). Never raises for model or server failures: they land in the
+    trajectory -- except `PolicyUnavailable` (the policy cannot answer at all), which stops the run."""
     t_start = time.perf_counter()
     ep = env.episode(task, example_id, rollout_index, max_turns)
     traj: Trajectory | None = None
@@ -50,14 +54,15 @@ async def run_rollout(
     generation_s = 0.0
     try:
         async with ep:
-            psession = policy.open(env.model_tools(), task)
+            psession = policy.open(env.model_tools(), task) if sampling_seed is None else \
+                policy.open_seeded(env.model_tools(), task, sampling_seed)
             try:
                 while not ep.done:
                     t0 = time.perf_counter()
                     turn = await psession.act(ep.messages)
                     generation_s += time.perf_counter() - t0
                     await ep.run_turn(turn)
-                traj = await ep.finish()
+                traj = await ep.finish() if score else ep.trajectory()
             finally:  # the policy's session closes before the env's cleanup
                 tokens = psession.token_trace()
                 try:
@@ -81,17 +86,25 @@ async def run_rollout(
     return traj
 
 
+def rollout_seed(seed: int, example_id: int, rollout_index: int) -> int:
+    """The sampling seed of one rollout of a run seeded with `seed`: a function of the three alone, so a run samples
+    the same whatever the concurrency, the order rollouts start in, or how often it was resumed."""
+    return random.Random(f"toolgym-rollout:{seed}:{example_id}:{rollout_index}").getrandbits(62)
+
+
 async def run_rollouts(
     env: StatefulToolEnv,
     policy: Policy,
     jobs: Iterable[tuple[int, int, dict[str, Any]]],
     concurrency: int = 8,
     on_done: Callable[[Trajectory], Any] | None = None,
+    seed: int | None = None,
 ) -> list[Trajectory]:
-    """Run (example_id, rollout_index, task) jobs with at most `concurrency` in flight; results in job order."""
+    """Run (example_id, rollout_index, task) jobs with at most `concurrency` in flight; results in job order. With
+    `seed`, each rollout's sampling is seeded by `rollout_seed(seed, example_id, rollout_index)`."""
     jobs = list(jobs)
     results: list[Trajectory | None] = [None] * len(jobs)
-    async for i, traj in iter_rollouts(env, policy, jobs, concurrency):
+    async for i, traj in iter_rollouts(env, policy, jobs, concurrency, seed):
         results[i] = traj
         if on_done is not None:
             on_done(traj)
@@ -99,9 +112,11 @@ async def run_rollouts(
 
 
 async def iter_rollouts(
-    env: StatefulToolEnv, policy: Policy, jobs: list[tuple[int, int, dict[str, Any]]], concurrency: int = 8
+    env: StatefulToolEnv, policy: Policy, jobs: list[tuple[int, int, dict[str, Any]]], concurrency: int = 8,
+    seed: int | None = None,
 ) -> AsyncIterator[tuple[int, Trajectory]]:
-    """Yield (job index, trajectory) as rollouts finish, at most `concurrency` in flight."""
+    """Yield (job index, trajectory) as rollouts finish, at most `concurrency` in flight (`seed`: see
+    `run_rollouts`)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     queue: asyncio.Queue[tuple[int, Trajectory | Exception]] = asyncio.Queue()
@@ -110,7 +125,8 @@ async def iter_rollouts(
     async def one(i: int, ex: int, r: int, task: dict[str, Any]) -> None:
         async with sem:
             try:
-                await queue.put((i, await run_rollout(env, policy, task, ex, r)))
+                sampling = None if seed is None else rollout_seed(seed, ex, r)
+                await queue.put((i, await run_rollout(env, policy, task, ex, r, sampling_seed=sampling)))
             except Exception as exc:  # noqa: BLE001 - PolicyUnavailable (or an engine bug): stop the run with it
                 await queue.put((i, exc))
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 PLACEHOLDERS = ("rollout_dir", "rollout_id", "port")
-_TOKEN = re.compile(r"\{\{|\}\}|\{(\w*)\}")
+_TOKEN = re.compile(r"\$\{\w*\}|\{\{|\}\}|\{(\w*)\}")  # ${VAR}: an environment variable, not a placeholder
+_ENV_REF = re.compile(r"\$\{(\w*)\}")
 _counter = itertools.count()
 _live: dict[str, Path] = {}  # sandboxes of this process not removed yet (removed at exit unless kept)
 
@@ -58,14 +59,37 @@ class Fixture:
 
 
 def placeholders(text: str) -> list[str]:
-    """The `{name}` placeholders in `text` (escaped braces skipped)."""
-    return [m.group(1) for m in _TOKEN.finditer(text) if m.group(0) not in ("{{", "}}")]
+    """The `{name}` placeholders in `text` (escaped braces and `${VAR}` references skipped)."""
+    return [m.group(1) for m in _TOKEN.finditer(text) if m.group(1) is not None]
+
+
+def env_refs(text: str) -> list[str]:
+    """The `${VAR}` references (environment variables of the caller) in `text`."""
+    return _ENV_REF.findall(text)
+
+
+def expand_env_refs(text: str, where: str, environ: Any = None) -> str:
+    """`text` with each `${VAR}` replaced by the caller's environment variable; an unset one is a `SandboxError`
+    naming `where`. Done when a server starts, so the values live only in the server's process (never in a spec, a
+    message or a run folder)."""
+    env = os.environ if environ is None else environ
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if not name or name not in env:
+            raise SandboxError(f"{where}: ${{{name}}} is not set in your environment; export {name or 'it'} before "
+                               "running, or remove the reference", where)
+        return str(env[name])
+
+    return _ENV_REF.sub(repl, text)
 
 
 def substitute(text: str, values: dict[str, Any], where: str, allowed: tuple[str, ...] | None = None) -> str:
     """`text` with `{name}` replaced from `values`; an unknown name is a `SandboxError` naming `where`."""
 
     def repl(m: re.Match[str]) -> str:
+        if m.group(0).startswith("$"):
+            return m.group(0)  # ${VAR}: expanded when the server starts (expand_env_refs)
         if m.group(0) == "{{":
             return "{"
         if m.group(0) == "}}":
@@ -213,5 +237,5 @@ def _remove_leftovers() -> None:  # pragma: no cover - interpreter exit
         _live.pop(rid, None)
 
 
-__all__ = ["PLACEHOLDERS", "Fixture", "Sandbox", "SandboxError", "check_placeholders", "free_port", "placeholders",
-           "substitute", "sweep_stale", "uses_sandbox"]
+__all__ = ["PLACEHOLDERS", "Fixture", "Sandbox", "SandboxError", "check_placeholders", "env_refs", "expand_env_refs",
+           "free_port", "placeholders", "substitute", "sweep_stale", "uses_sandbox"]

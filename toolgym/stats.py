@@ -1,5 +1,11 @@
 """Summaries of a set of trajectories: means with 95 % confidence intervals, win/draw/loss, pass@k and pass^k,
-tool-call accuracy overall and per tool, error counts."""
+tool-call accuracy overall and per tool, error counts.
+
+Every rollout counts. A rollout that errored (a crashed server, a failing hidden call, a raising reward function:
+`trajectory.error`) is a **failure**: it enters the reward's mean and CI at `error_reward` (0 unless the env sets a
+floor), fails pass@k / pass^k, and counts as a loss in win/draw/loss; the error count and rate (with its Wilson
+interval) are in every summary and breakdown table. Reward functions and metrics, which an errored rollout did not
+produce, are averaged over the rollouts that have them (each with its `n`)."""
 
 from __future__ import annotations
 
@@ -37,23 +43,31 @@ def mean_ci(values: list[float]) -> dict[str, float]:
     return {"mean": mean, "ci95": half, "n": n, "lo": min(lo, mean), "hi": max(hi, mean)}  # min/max: float rounding
 
 
-def breakdown(trajs: Iterable[Trajectory], fields: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def rollout_reward(t: Trajectory, error_reward: float = 0.0) -> float:
+    """A rollout's reward for statistics: its reward, or `error_reward` when it errored."""
+    return error_reward if t.error is not None else t.reward
+
+
+def breakdown(trajs: Iterable[Trajectory], fields: Iterable[str],
+              error_reward: float = 0.0) -> dict[str, dict[str, dict[str, Any]]]:
     """Reward and every reward function / metric, with CIs, per value of each task field (e.g. a position's kind
-    or a question's difficulty): `{field: {value: {"n": rollouts, "reward": {...}, name: {...}}}}`. Rollouts without
-    the field are left out of that field's table; errored rollouts of every table."""
-    ok = [t for t in trajs if t.error is None]
+    or a question's difficulty): `{field: {value: {"n": rollouts, "errors": errored, "reward": {...}, name: {...}}}}`.
+    Rollouts without the field are left out of that field's table; errored ones count in `reward` at
+    `error_reward` and in `errors`."""
+    trajs = list(trajs)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for field in fields:
         groups: dict[str, list[Trajectory]] = defaultdict(list)
-        for t in ok:
+        for t in trajs:
             if field in t.task:
                 groups[str(t.task[field])].append(t)
         table: dict[str, dict[str, Any]] = {}
         for value in sorted(groups, key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit()
                                                      else 0, v)):
             ts = groups[value]
-            row: dict[str, Any] = {"n": len(ts), "reward": mean_ci([t.reward for t in ts])}
-            vals = [{**t.rewards, **t.metrics} for t in ts]
+            row: dict[str, Any] = {"n": len(ts), "errors": sum(t.error is not None for t in ts),
+                                   "reward": mean_ci([rollout_reward(t, error_reward) for t in ts])}
+            vals = [{**t.rewards, **t.metrics} for t in ts if t.error is None]
             for name in sorted({k for v in vals for k in v}):
                 row[name] = mean_ci([v[name] for v in vals if name in v])
             table[value] = row
@@ -83,36 +97,46 @@ def _ks(r: int) -> list[int]:
     return ks
 
 
-def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0, by: Iterable[str] = ()) -> dict[str, Any]:
-    """Everything `toolgym eval` reports; `by` adds per-value tables of those task fields (`breakdown`)."""
+def summarize(trajs: Iterable[Trajectory], success_threshold: float = 1.0, by: Iterable[str] = (),
+              error_reward: float = 0.0) -> dict[str, Any]:
+    """Everything `toolgym eval` reports over **all** rollouts, an errored one counting as a failure at
+    `error_reward` (see the module docstring); `by` adds per-value tables of those task fields (`breakdown`)."""
     trajs = list(trajs)
     ok = [t for t in trajs if t.error is None]
-    out: dict[str, Any] = {"rollouts": len(trajs), "errors": len(trajs) - len(ok)}
+    errors = len(trajs) - len(ok)
+    out: dict[str, Any] = {"rollouts": len(trajs), "errors": errors,
+                           "error_rate": errors / len(trajs) if trajs else 0.0}
+    lo, hi = wilson(errors, len(trajs))
+    out["error_rate_ci"] = {"lo": lo, "hi": hi}
+    out["error_reward"] = error_reward
     out["error_kinds"] = dict(Counter((t.error or "").split(":")[0][:80] for t in trajs if t.error).most_common(10))
-    out["reward"] = mean_ci([t.reward for t in ok])
+    out["reward"] = mean_ci([rollout_reward(t, error_reward) for t in trajs])
+    out["reward_finished"] = mean_ci([t.reward for t in ok])  # the rollouts that did not error, for diagnosis
     names = sorted({k for t in ok for k in t.rewards})
     out["rewards"] = {k: mean_ci([t.rewards[k] for t in ok if k in t.rewards]) for k in names}
     mnames = sorted({k for t in ok for k in t.metrics})
     out["metrics"] = {k: mean_ci([t.metrics[k] for t in ok if k in t.metrics]) for k in mnames}
-    if {"win", "draw", "loss"} <= set(mnames):
-        out["outcomes"] = {k: out["metrics"][k]["mean"] for k in ("win", "draw", "loss")}
-    out["stop_reasons"] = dict(Counter(t.stop_reason or "error" for t in trajs))
-    # pass@k / pass^k over examples, success = reward >= threshold
+    if {"win", "draw", "loss"} <= set(mnames):  # over all rollouts: an errored one is a loss
+        n = len(trajs)
+        out["outcomes"] = {k: (sum(t.metrics.get(k, 0.0) for t in ok) + (errors if k == "loss" else 0)) / n
+                           for k in ("win", "draw", "loss")}
+    out["stop_reasons"] = dict(Counter(t.stop_reason if t.error is None and t.stop_reason else "error" for t in trajs))
+    # pass@k / pass^k over examples, success = reward >= threshold; an errored rollout fails
     by_ex: dict[int, list[bool]] = defaultdict(list)
-    for t in ok:
-        by_ex[t.example_id].append(t.reward >= success_threshold)
+    for t in trajs:
+        by_ex[t.example_id].append(t.error is None and t.reward >= success_threshold)
     if by_ex:
         r = min(len(v) for v in by_ex.values())
         out["success_threshold"] = success_threshold
         out["pass_at_k"] = {str(k): sum(pass_at_k(len(v), sum(v), k) for v in by_ex.values()) / len(by_ex) for k in _ks(r)}
         out["pass_hat_k"] = {str(k): sum(pass_hat_k(len(v), sum(v), k) for v in by_ex.values()) / len(by_ex)
                              for k in _ks(r)}
-    out["tool_accuracy"] = tool_accuracy(ok)
-    if any(c.server for t in ok for c in t.calls):
-        out["tool_accuracy_by_server"] = tool_accuracy(ok, by_server=True)
+    out["tool_accuracy"] = tool_accuracy(trajs)  # every call made, errored rollouts' included
+    if any(c.server for t in trajs for c in t.calls):
+        out["tool_accuracy_by_server"] = tool_accuracy(trajs, by_server=True)
     by = list(by)
     if by:
-        out["by"] = breakdown(trajs, by)
+        out["by"] = breakdown(trajs, by, error_reward)
     return out
 
 

@@ -11,13 +11,55 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_ARG_DEPTH = 32
+"""Tool-call arguments nested deeper than this (objects and arrays) are a parse error: no tool schema needs it, and
+records of any depth must still be written (600 levels used to crash `dataclasses.asdict` and with it the run)."""
+MAX_PARSED_ARG_CHARS = 1_000_000
+"""Argument text longer than this is not parsed at all (a parse error), and a record keeps only this much of it."""
+KEPT_ARG_CHARS = MAX_PARSED_ARG_CHARS
+
+
+def nesting_depth(value: Any, stop: int = MAX_ARG_DEPTH) -> int:
+    """How deeply objects and arrays nest in a JSON-like value (a scalar: 0, `{}`: 1), counted without recursion;
+    counting stops once past `stop` (returns `stop + 1`)."""
+    depth, level = 0, [(value, 1)]
+    while level:
+        v, d = level.pop()
+        if isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        else:
+            continue
+        depth = max(depth, d)
+        if depth > stop:
+            return stop + 1
+        level.extend((c, d + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return depth
+
+
+def argument_error(arguments: Any, raw: str | None = None) -> str | None:
+    """Why parsed arguments cannot be kept (too deep, or their text too long), or None."""
+    if raw is not None and len(raw) > MAX_PARSED_ARG_CHARS:
+        return f"arguments too large to parse ({len(raw):,} characters, limit {MAX_PARSED_ARG_CHARS:,})"
+    if isinstance(arguments, (dict, list)) and nesting_depth(arguments) > MAX_ARG_DEPTH:
+        return f"arguments nested deeper than {MAX_ARG_DEPTH} levels"
+    return None
+
+
+def kept_text(raw: str | None) -> str | None:
+    """Raw argument text as a record keeps it: at most `KEPT_ARG_CHARS` characters."""
+    if raw is None or len(raw) <= KEPT_ARG_CHARS:
+        return raw
+    return raw[:KEPT_ARG_CHARS] + f"... [{len(raw) - KEPT_ARG_CHARS:,} more characters not kept]"
+
 
 @dataclass
 class ToolCall:
     """One tool call as the model wrote it (after parsing its output).
 
-    `arguments` is None when the argument text could not be parsed as a JSON object; the raw text is kept in
-    `raw_arguments` and the reason in `parse_error`.
+    `arguments` is None when the argument text could not be parsed as a JSON object (or nests deeper than
+    `MAX_ARG_DEPTH`); the raw text is kept in `raw_arguments` and the reason in `parse_error`.
     """
 
     name: str
@@ -139,7 +181,14 @@ class Trajectory:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """A JSON-ready dict. Shallow: the values (messages, arguments, task) are the trajectory's own objects, not
+        copies -- `dataclasses.asdict` copied them recursively and raised RecursionError on arguments nested ~600
+        deep, which ended the whole run. Serialize it; do not mutate it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["calls"] = [{f.name: getattr(c, f.name) for f in dataclasses.fields(c)} for c in self.calls]
+        if self.tokens is not None:
+            out["tokens"] = {f.name: getattr(self.tokens, f.name) for f in dataclasses.fields(self.tokens)}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:

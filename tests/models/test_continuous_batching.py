@@ -122,6 +122,32 @@ def test_conversations_continued_together_extend_their_kv_in_one_forward(policy)
         _same(second[k], eng.generate_batch([GenRequest(follow[k], params[k])])[0])
 
 
+def test_a_new_conversation_reuses_the_prefix_it_shares_with_a_finished_one(policy):  # type: ignore[no-untyped-def]
+    """Two conversations that share a long system prompt but differ after it: the second prefills only from where they
+    differ (the finished first one stays parked for others), and matches generating it alone; below `prefix_kv_min`
+    shared tokens nothing is reused."""
+    r = policy.renderer
+    system = {"role": "system", "content": "You answer about tools. " * 12}
+    p1, p2 = (r.encode(r.render([system, {"role": "user", "content": q}], None, True)) for q in ("one", "two two"))
+    shared = next(i for i, (a, b) in enumerate(zip(p1, p2, strict=False)) if a != b)
+    assert shared > policy.engine.parked.prefix_min  # the case under test
+    params = SamplingParams(temperature=1.0, max_tokens=20, seed=9)
+
+    async def both() -> tuple[GenOutput, GenOutput]:
+        a = await policy.queue.submit(GenRequest(p1, params))
+        policy.queue.reset_stats()
+        b = await policy.queue.submit(GenRequest(p2, params))
+        return a, b
+
+    _, second = asyncio.run(both())
+    st = policy.stats
+    assert st["reused_tokens"] == shared and st["prefill_tokens"] == len(p2) - shared
+    assert len(policy.engine.parked) == 2  # the first row was copied from, not taken
+    _same(second, policy.engine.generate_batch([GenRequest(p2, params)])[0])
+    short = policy.engine.parked.shared_prefix(p2[: policy.engine.parked.prefix_min])
+    assert short is None  # too short a prompt to reuse a prefix of
+
+
 def test_parked_kv_budget_zero_prefills_every_turn_and_negative_is_refused(tiny_dir):  # type: ignore[no-untyped-def]
     pol = HFPolicy(str(tiny_dir), temperature=1.0, max_tokens=20, seed=0, parked_kv_mb=0)
     p0 = _prompts(pol, 1, seed=4)[0]
@@ -136,6 +162,8 @@ def test_parked_kv_budget_zero_prefills_every_turn_and_negative_is_refused(tiny_
     assert pol.stats["reused_tokens"] == 0 and pol.stats["requests"] == 2
     with pytest.raises(ValueError, match="parked_kv_mb"):
         HFPolicy(str(tiny_dir), parked_kv_mb=-1)
+    with pytest.raises(ValueError, match="prefix_kv_min"):
+        HFPolicy(str(tiny_dir), prefix_kv_min=-1)
 
 
 def test_tictactoe_games_are_identical_under_static_and_continuous_batching(tiny_dir):  # type: ignore[no-untyped-def]

@@ -1,7 +1,7 @@
 """A deliberately misbehaving MCP server for the tests: tools that echo, add, keep per-process state, fail, sleep,
-hang forever, flood stderr, crash the process, and write and list files in its working directory. The value of the
-environment variable `ROLLOUT` it was started with (the sandbox tests pass `{rollout_id}`) is stored under the key
-`ROLLOUT`, so `get_value("ROLLOUT")` tells a client what the server received.
+hang forever, flood stderr, crash the process, write and list files in its working directory, and tell the length
+of an environment variable it got. The value of the environment variable `ROLLOUT` it was started with (the sandbox
+tests pass `{rollout_id}`) is stored under the key `ROLLOUT`, so `get_value("ROLLOUT")` tells a client what the server received.
 
     python flaky_server.py                              # stdio
     python flaky_server.py --transport streamable-http --port 8123
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -61,6 +62,14 @@ async def sleep(seconds: float) -> str:
 
 
 @srv.tool()
+def block(seconds: float) -> str:
+    """Sleep synchronously (in the SDK's worker thread, which a closed stdin does not interrupt: a server busy in a
+    blocking call, that outlives its client unless something kills it)."""
+    time.sleep(seconds)
+    return f"blocked {seconds}"
+
+
+@srv.tool()
 async def hang() -> str:
     """Never answer."""
     await anyio.sleep(3600)
@@ -94,6 +103,13 @@ def write_file(filename: str, text: str) -> str:
 def list_files() -> str:
     """The names of the files in the server's working directory, comma-separated and sorted."""
     return ",".join(sorted(os.listdir(".")))
+
+
+@srv.tool()
+def env_length(name: str) -> str:
+    """The length of environment variable `name` in this server's environment ('unset' when it has none): tells a
+    client what the server received without revealing a value. (Its argument is called `name` on purpose.)"""
+    return str(len(os.environ[name])) if name in os.environ else "unset"
 
 
 @srv.tool()

@@ -5,8 +5,10 @@ scripted minimax player** (`toolgym_tictactoe.minimax_player`) on those messages
 through the OpenAI wire format, so the whole HTTP policy path (request, tool schemas, response parsing, retries,
 failover) is exercised end to end without a model. It refuses a request that carries no `make_move` tool.
 
-Fault injection: `fail_first=N` answers 503 to the first N requests (to test retries with backoff); leaving the
-`with` block stops it (connections refused from then on); `port=` restarts one on the same address.
+Fault injection: `fail_first=N` answers 503 to the first N requests (to test retries with backoff); `respond=` a
+function (request number, body) -> a JSON body answered with HTTP 200 instead of the player's turn, or None to play
+(malformed answers: `choices: []`, deeply nested arguments); leaving the `with` block stops it (connections refused
+from then on); `port=` restarts one on the same address.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -31,11 +34,13 @@ def free_port() -> int:
 
 
 class StubEndpoint:
-    def __init__(self, fail_first: int = 0, port: int | None = None) -> None:
+    def __init__(self, fail_first: int = 0, port: int | None = None,
+                 respond: Callable[[int, dict[str, Any]], dict[str, Any] | None] | None = None) -> None:
         from toolgym_tictactoe import minimax_player
 
         self.player = minimax_player(None, seed=0).fn
         self.fail_first = fail_first
+        self.respond = respond
         self.requests = 0
         self.served = 0
         self.bodies: list[dict[str, Any]] = []
@@ -53,6 +58,9 @@ class StubEndpoint:
             if self.requests <= self.fail_first:
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
             self.bodies.append(body)
+            n = self.requests
+        if self.respond is not None and (custom := self.respond(n, body)) is not None:
+            return JSONResponse(custom)
         names = [t["function"]["name"] for t in body.get("tools") or []]
         if "make_move" not in names:
             return JSONResponse({"error": {"message": f"no make_move tool in {names}"}}, status_code=400)

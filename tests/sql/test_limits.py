@@ -228,8 +228,10 @@ def test_no_database_can_be_attached_even_past_the_authorizer():
         backend.close()
 
 
-async def test_fetch_budget_and_cells_cut_on_fetch(server):
+async def test_fetch_budget_and_cells_cut_on_fetch():
     rows = "(WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 30) SELECT i FROM c)"
+    # the graders' own caps raised past the fetch budget, so that it is the budget that refuses
+    server = build_server(timeout_s=5, max_fetch_mb=16, grade_max_cell_chars=10**7, grade_max_mb=1000)
     async with mcp.Client(server) as c:
         sid = await _open(c)
         # 30 values of 0.9 MB: 27 MB for query_json, over the 16 MB budget of this server
@@ -239,6 +241,7 @@ async def test_fetch_budget_and_cells_cut_on_fetch(server):
         res = await _call(c, "run_query", sid, sql=f"SELECT i, printf('%.*c', 900000, 'q') AS b FROM {rows}")
         assert not res.is_error and "qqq…" in text(res) and "(30 rows)" in text(res)
         assert max(len(line) for line in text(res).splitlines()) < 260
+    server.registry.close()
 
 
 def test_printf_parser_follows_sqlite():
@@ -302,8 +305,9 @@ async def test_postgres_limits(pg_url):
 async def _postgres_limits(srv, sort: str) -> None:
     async with mcp.Client(srv) as c:
         sid = await _open(c)
-        # work_mem for every transaction, even after the session changed its own value with set_config()
-        assert not (await _call(c, "run_query", sid, sql="SELECT set_config('work_mem', '1GB', false)")).is_error
+        # work_mem for every transaction (and set_config(), which could change it, is refused)
+        res = await _call(c, "run_query", sid, sql="SELECT set_config('work_mem', '1GB', false)")
+        assert res.is_error and "set_config() is not allowed" in text(res), text(res)
         res = await _call(c, "run_query", sid, sql="SELECT current_setting('work_mem'), "
                                                    "current_setting('temp_file_limit')")
         assert "1MB" in text(res).splitlines()[2] and text(res).splitlines()[2].count("1MB") == 2, text(res)

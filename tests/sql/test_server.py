@@ -117,7 +117,7 @@ SQLITE_ATTACKS = {
 PG_ATTACKS = {
     "pg_read_file": ("run_query", "SELECT pg_read_file('/etc/passwd')", "permission denied"),
     "pg_ls_dir": ("run_query", "SELECT pg_ls_dir('.')", "permission denied"),
-    "lo_import": ("run_query", "SELECT lo_import('/etc/passwd')", "permission denied"),
+    "lo_import": ("run_query", "SELECT lo_import('/etc/passwd')", "lo_import() is not allowed"),
     "cte_write_in_read": ("run_query", "WITH d AS (DELETE FROM payments RETURNING 1) SELECT count(*) FROM d",
                           "data-modifying"),
 }

@@ -11,7 +11,9 @@ Families (small open models emit tool calls in one of these):
 
 All formats strip a leading `<think>...</think>` block into `reasoning` (also a bare `...</think>` when the
 generation prompt already opened the block, as Qwen3's does). Parsing never raises: malformed markup gives a turn
-with `parse_ok=False`, a `parse_error`, and the raw text kept in `raw_text`. Parsers do not know the tool list: a call
+with `parse_ok=False`, a `parse_error`, and the raw text kept in `raw_text`. Arguments nested deeper than
+`MAX_ARG_DEPTH` (32) or whose text is longer than `MAX_PARSED_ARG_CHARS` are a parse error of their call too (a call
+record keeps at most that much of its raw argument text). Parsers do not know the tool list: a call
 to an unknown tool parses fine (the environment reports `name_ok=False`).
 
 `detect_format(chat_template)` picks the family from a tokenizer's chat template; `get_format(name)` overrides.
@@ -27,7 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toolgym.types import AssistantTurn, ToolCall
+from toolgym.types import (
+    MAX_ARG_DEPTH,
+    MAX_PARSED_ARG_CHARS,
+    AssistantTurn,
+    ToolCall,
+    argument_error,
+    kept_text,
+    nesting_depth,
+)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -59,13 +69,16 @@ def _coerce_arguments(args: Any) -> tuple[dict[str, Any] | None, str | None]:
     if args is None:
         return {}, None
     if isinstance(args, str):
+        if len(args) > MAX_PARSED_ARG_CHARS:
+            return None, argument_error(None, args)
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError; also a >4300-digit int, deep nesting
             return None, f"arguments string is not JSON: {e}"
     if not isinstance(args, dict):
         return None, f"arguments must be an object, got {type(args).__name__}"
-    return args, None
+    err = argument_error(args)
+    return (None, err) if err else (args, None)
 
 
 def _call_from_obj(obj: Any, raw: str, args_keys: tuple[str, ...]) -> ToolCall:
@@ -77,17 +90,26 @@ def _call_from_obj(obj: Any, raw: str, args_keys: tuple[str, ...]) -> ToolCall:
     if not isinstance(name, str) or not name.strip():
         return ToolCall(name="", arguments=None, id=_call_id(), raw_arguments=raw, parse_error="call has no name")
     raw_args = next((obj[k] for k in args_keys if k in obj), None)
+    if isinstance(raw_args, (dict, list)) and nesting_depth(raw_args) > MAX_ARG_DEPTH:  # before json.dumps recurses
+        return ToolCall(name=name.strip(), arguments=None, id=_call_id(), raw_arguments=kept_text(raw),
+                        parse_error=argument_error(raw_args))
     args, err = _coerce_arguments(raw_args)
     raw_args_text = raw_args if isinstance(raw_args, str) else json.dumps(raw_args, ensure_ascii=False)
-    return ToolCall(name=name.strip(), arguments=args, id=_call_id(), raw_arguments=raw_args_text, parse_error=err)
+    return ToolCall(name=name.strip(), arguments=args, id=_call_id(), raw_arguments=kept_text(raw_args_text),
+                    parse_error=err)
 
 
 def _bad_call(raw: str, error: str) -> ToolCall:
     m = re.search(r"""["']name["']\s*:\s*["']([^"']+)["']""", raw) or re.match(r"\s*\[?\s*([A-Za-z_][\w.]*)\s*\(", raw)
-    return ToolCall(name=m.group(1) if m else "", arguments=None, id=_call_id(), raw_arguments=raw, parse_error=error)
+    return ToolCall(name=m.group(1) if m else "", arguments=None, id=_call_id(), raw_arguments=kept_text(raw),
+                    parse_error=error)
 
 
 def _finish(raw: str, reasoning: str | None, prose: list[str], calls: list[ToolCall], errors: list[str]) -> AssistantTurn:
+    for c in calls:  # every format: arguments too deep (e.g. pythonic literals) are a parse error of their call
+        if c.arguments is not None and (err := argument_error(c.arguments)):
+            c.arguments, c.parse_error = None, err
+        c.raw_arguments = kept_text(c.raw_arguments)
     errors = errors + [f"{c.name or '?'}: {c.parse_error}" for c in calls if c.parse_error]
     content = "\n".join(p.strip() for p in prose if p.strip()) or None
     return AssistantTurn(
@@ -214,6 +236,9 @@ class HermesFormat(ToolFormat):
             inner = inner.strip()
             if not inner:
                 calls.append(_bad_call(inner, "empty tool call"))
+                continue
+            if len(inner) > MAX_PARSED_ARG_CHARS:
+                calls.append(_bad_call(inner, argument_error(None, inner) or "tool call too large"))
                 continue
             try:
                 obj = json.loads(inner)

@@ -75,6 +75,23 @@ def load_policy(uri: str, env: StatefulToolEnv | None = None, **options: Any) ->
     return factory(target, env=env, **options)
 
 
+def policy_loader(uri: str, env: StatefulToolEnv | None = None, **options: Any) -> tuple[Callable[[], Policy], bool]:
+    """`load_policy` in two steps, for a caller that wants to answer before a model is loaded (`toolgym serve`): the
+    cheap checks now -- the URI, the model's path, the option names: a bad one raises here, as `load_policy` would --
+    and `(load, heavy)`: `load()` builds the policy; `heavy` says it loads weights in this process (`hf:`), so it is
+    worth calling in a background thread. Other schemes are built now (`load` returns the built policy)."""
+    scheme, sep, target = uri.partition(":")
+    if sep and scheme == "hf" and options.get("model") is None:
+        from toolgym.models import check_model_source
+        from toolgym.policies.hf import HFPolicy  # imports no torch (the engine does, on first use)
+
+        check_model_source(target)
+        check_policy_options(HFPolicy, options, f"hf:{target}")
+        return (lambda: load_policy(uri, env, **options)), True
+    policy = load_policy(uri, env, **options)
+    return (lambda: policy), False
+
+
 def _load_scripted(target: str, env: Any = None, **options: Any) -> Policy:
     """`scripted:NAME` -> the environment's player NAME."""
     from toolgym.policies import scripted
@@ -125,5 +142,5 @@ _SCHEMES: dict[str, PolicyFactory] = {
 
 __all__ = [
     "SAMPLING_OPTIONS", "Policy", "PolicyFactory", "PolicyOptionError", "PolicySession", "PolicyUnavailable",
-    "load_policy", "register_scheme",
+    "load_policy", "policy_loader", "register_scheme",
 ]

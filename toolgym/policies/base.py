@@ -70,11 +70,20 @@ class Policy(abc.ABC):
     """A source of assistant turns; `open` starts one rollout."""
 
     name: str = "policy"
+    answer_key: bool = False
+    """Whether the policy reads each task's expected answer (an env's reference player): its score is the env's
+    ceiling, not a model's, and `toolgym eval` says so."""
 
     @abc.abstractmethod
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         """Start a rollout. `tools` are OpenAI-style schemas the model may call; `task` is the dataset row
         (scripted reference players may read it; model policies must not)."""
+
+    def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
+        """Start a rollout whose sampling is a function of `seed` alone (and the conversation), whatever other rollouts
+        run: what `toolgym serve` (one seed per request) and `toolgym eval` (one per example and rollout) use, so a
+        result can be reproduced. Default: `open` (a policy that does not sample has nothing to seed)."""
+        return self.open(tools, task)
 
     async def preflight(self) -> None:
         """Check, before a run, that the policy can answer at all; raise `PolicyUnavailable` if not (default:

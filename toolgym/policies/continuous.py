@@ -83,11 +83,11 @@ class ContinuousBatcher:
     keeps_logits: bool
     sdpa: bool
 
-    def __init__(self, parked_bytes: int) -> None:
+    def __init__(self, parked_bytes: int, prefix_min: int = 0) -> None:
         self._lock = threading.Lock()
         self.rows: list[Row] = []
         self.slots = SlotBuffers()
-        self.parked = ParkedPool(parked_bytes)
+        self.parked = ParkedPool(parked_bytes, prefix_min)
         self._counts = {"prefill_tokens": 0, "reused_tokens": 0}
 
     def prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:  # pragma: no cover - supplied by HFEngine

@@ -60,10 +60,10 @@ class HFEngine(ContinuousBatcher):
     PARKED_BYTES = 256 * 2**20  # default KV kept for conversations to continue (HFPolicy's parked_kv_mb)
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], max_len: int | None = None,
-                 num_threads: int | None = None, parked_bytes: int = PARKED_BYTES):
+                 num_threads: int | None = None, parked_bytes: int = PARKED_BYTES, prefix_min: int = 0):
         import torch
 
-        super().__init__(parked_bytes)
+        super().__init__(parked_bytes, prefix_min)
         self.torch = torch
         self.num_threads = num_threads
         self.model = model
@@ -130,10 +130,14 @@ class HFEngine(ContinuousBatcher):
                     probs[i] = torch.zeros_like(probs[i])
                     probs[i][int(logp_masked.argmax())] = 1.0
         # inverse-CDF sampling with one uniform per row from that request's own RNG: vectorised, and a seeded
-        # request draws the same tokens whatever batch it lands in
-        u = torch.tensor([g.random() for g in gens], dtype=probs.dtype, device=probs.device)
-        cum = torch.cumsum(probs, dim=-1)
+        # request draws the same tokens whatever batch it lands in. In float64: a float32 cumsum stops growing in the
+        # tail, so a uniform near 1 picked among tail tokens by rounding -- a batch's last-bit differences then
+        # changed a seeded draw (an eval at concurrency 1 vs 6, measured)
+        p64 = probs.to("cpu" if probs.device.type == "mps" else probs.device, torch.float64)  # MPS has no float64
+        u = torch.tensor([g.random() for g in gens], dtype=torch.float64, device=p64.device)
+        cum = torch.cumsum(p64, dim=-1)
         drawn = torch.searchsorted(cum, (u * cum[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)[:, 0]
+        drawn = drawn.to(probs.device)
         constrained = torch.tensor([bool(r.allowed) for r in reqs], device=probs.device)
         toks = torch.where(greedy & ~constrained, logp.argmax(-1), drawn).tolist()
         idx = torch.tensor(toks, device=logp.device)
@@ -241,6 +245,8 @@ class HFPolicy(ModelPolicy):
         trust_remote_code: Let transformers run the model repository's own code.
         num_threads: CPU threads for generation: "auto" or a number.
         parked_kv_mb: KV of finished turns kept for the conversation's next turn (continuous batching; 0: off).
+        prefix_kv_min: A new conversation reuses the parked KV of the longest prompt prefix it shares with a finished
+            one (the system prompt and tool schemas), when at least this many tokens (0: off).
     """
 
     name = "hf"
@@ -259,12 +265,15 @@ class HFPolicy(ModelPolicy):
         trust_remote_code: bool = False,
         num_threads: int | str | None = "auto",
         parked_kv_mb: float = 256,
+        prefix_kv_min: int = 32,
         **options: Any,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if parked_kv_mb < 0:
             raise ValueError(f"parked_kv_mb must be >= 0, not {parked_kv_mb}")
+        if prefix_kv_min < 0:
+            raise ValueError(f"prefix_kv_min must be >= 0, not {prefix_kv_min}")
         self.target = target
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
@@ -282,7 +291,7 @@ class HFPolicy(ModelPolicy):
         renderer.stop_ids = sorted(stop)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.stop_ids[0]
         self.engine = HFEngine(model, pad, renderer.stop_ids, num_threads=_threads(model, num_threads),
-                               parked_bytes=int(parked_kv_mb * 2**20))
+                               parked_bytes=int(parked_kv_mb * 2**20), prefix_min=prefix_kv_min)
         options.setdefault("batching", "continuous")
         super().__init__(renderer, **options)
 

@@ -161,10 +161,16 @@ class ParkedKV:
 
 class ParkedPool:
     """Parked rows, oldest first, within `budget` bytes (the oldest are dropped to make room; a row larger than the
-    whole budget is not kept). A prompt that extends a parked row's tokens takes that row out (`take`)."""
+    whole budget is not kept). `take(prompt)`: a prompt that extends a parked row's tokens takes that row out (the
+    same conversation's next turn); otherwise, with `prefix_min` > 0, a copy of the longest parked prefix the prompt
+    shares (at least `prefix_min` tokens: the system prompt and tool schemas every new conversation of an env starts
+    with) comes back and the row stays parked for others."""
 
-    def __init__(self, budget: int) -> None:
+    PREFIX_SCAN = 64  # the most recent rows searched for a shared prefix (bounds the lookup's cost)
+
+    def __init__(self, budget: int, prefix_min: int = 0) -> None:
         self.budget = budget
+        self.prefix_min = prefix_min
         self.entries: list[ParkedKV] = []
 
     def __len__(self) -> int:
@@ -179,14 +185,43 @@ class ParkedPool:
             total -= self.entries.pop(0).nbytes
 
     def take(self, prompt: list[int]) -> ParkedKV | None:
-        """The parked row whose tokens `prompt` extends (the longest; removed from the pool), or None."""
+        """The parked row whose tokens `prompt` extends (the longest; removed from the pool), else a shared prefix
+        (see the class docstring), else None."""
         best = None
         for x, entry in enumerate(self.entries):
             n = len(entry.tokens)
             if n < len(prompt) and (best is None or n > len(self.entries[best].tokens)) \
                     and prompt[n - 1] == entry.tokens[-1] and tuple(prompt[:n]) == entry.tokens:
                 best = x
-        return None if best is None else self.entries.pop(best)
+        if best is not None:
+            return self.entries.pop(best)
+        return self.shared_prefix(prompt) if self.prefix_min > 0 else None
+
+    def shared_prefix(self, prompt: list[int]) -> ParkedKV | None:
+        """A copy of the longest prefix (>= `prefix_min` tokens, shorter than the prompt) that `prompt` shares with a
+        recent parked row: its first L tokens' KV columns (views: the caller copies them into its own buffers)."""
+        best, best_len = None, self.prefix_min - 1
+        limit = len(prompt) - 1  # at least one new token to run
+        if limit < self.prefix_min:
+            return None
+        for entry in self.entries[-self.PREFIX_SCAN:]:
+            tokens = entry.tokens
+            if len(tokens) <= best_len or tokens[best_len] != prompt[best_len]:
+                continue
+            n = 0
+            top = min(len(tokens), limit)
+            while n < top and tokens[n] == prompt[n]:
+                n += 1
+            if n > best_len:
+                best, best_len = entry, n
+        if best is None:
+            return None
+        cols = best.mask.nonzero().flatten()
+        cut = int(cols[best_len - 1]) + 1  # the columns holding the first best_len tokens (and padding holes)
+        keys = [k[:, :, :cut] for k in best.keys]
+        values = [v[:, :, :cut] for v in best.values]
+        size = sum(k.numel() * k.element_size() for k in keys) * 2
+        return ParkedKV(tuple(prompt[:best_len]), keys, values, best.mask[:cut], size)
 
     def clear(self) -> None:
         self.entries.clear()

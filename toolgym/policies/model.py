@@ -119,6 +119,11 @@ class ModelPolicy(Policy):
         self.live_sessions += 1
         return ModelSession(self, tools, next(self._sessions))
 
+    def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
+        """A session whose turns are sampled with seeds drawn from `(seed, turn)` (not from the session's number)."""
+        self.live_sessions += 1
+        return ModelSession(self, tools, next(self._sessions), seed=seed)
+
     @property
     def stats(self) -> dict[str, float]:
         """Batching statistics (a dict, like the HTTP policy's `stats`)."""
@@ -129,10 +134,11 @@ class ModelPolicy(Policy):
 
 
 class ModelSession(PolicySession):
-    def __init__(self, policy: ModelPolicy, tools: list[dict[str, Any]], index: int):
+    def __init__(self, policy: ModelPolicy, tools: list[dict[str, Any]], index: int, seed: int | None = None):
         self.policy = policy
         self.tracker = TokenTracker(policy.renderer, tools)
         self.index = index
+        self.seed = seed  # a rollout seed (`open_seeded`): turn seeds come from (seed, turn) instead
         self.turns = 0
         self.generate_s = 0.0
         self.closed = False
@@ -144,6 +150,8 @@ class ModelSession(PolicySession):
 
     def _params(self) -> SamplingParams:
         p = self.policy.sampling
+        if self.seed is not None:
+            return replace(p, seed=random.Random(f"rollout:{self.seed}:{self.turns}").getrandbits(62))
         if self.policy.seed is None:
             return p
         seed = random.Random(f"{self.policy.seed}:{self.index}:{self.turns}").getrandbits(62)

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from toolgym.policies.base import Policy, PolicySession, PolicyUnavailable, check_policy_options
-from toolgym.types import AssistantTurn, ToolCall
+from toolgym.types import MAX_ARG_DEPTH, AssistantTurn, ToolCall, argument_error, kept_text, nesting_depth
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -140,15 +140,22 @@ class OpenAIPolicy(Policy):
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         return _OpenAISession(self, tools)
 
+    def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
+        """A session sending `seed` (within 0..2**31-1) as every request's sampling seed, for servers that take one."""
+        return _OpenAISession(self, tools, seed % 2**31)
+
     def _pick(self, exclude: set[str]) -> _Endpoint:
         now = time.monotonic()
         live = [e for e in self.endpoints if e.down_until <= now and e.url not in exclude]
         pool = live or [e for e in self.endpoints if e.url not in exclude] or self.endpoints
         return min(pool, key=lambda e: (e.in_flight, e.requests))
 
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        """POST /chat/completions with retries and failover; return the JSON response."""
-        body: dict[str, Any] = {"model": self.model, "messages": _clean(messages), **self.sampling, **self.extra_body}
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       seed: int | None = None) -> dict[str, Any]:
+        """POST /chat/completions with retries and failover; return the JSON response (`seed`: this request's sampling
+        seed instead of the policy's)."""
+        sampling = self.sampling if seed is None else {**self.sampling, "seed": seed}
+        body: dict[str, Any] = {"model": self.model, "messages": _clean(messages), **sampling, **self.extra_body}
         if tools:
             body["tools"] = tools
         if self.return_tokens:
@@ -201,17 +208,24 @@ class OpenAIPolicy(Policy):
 
 
 class _OpenAISession(PolicySession):
-    def __init__(self, policy: OpenAIPolicy, tools: list[dict[str, Any]]) -> None:
-        self.policy, self.tools = policy, tools
+    def __init__(self, policy: OpenAIPolicy, tools: list[dict[str, Any]], seed: int | None = None) -> None:
+        self.policy, self.tools, self.seed = policy, tools, seed
 
     async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
-        data = await self.policy.complete(messages, self.tools)
+        data = await self.policy.complete(messages, self.tools, self.seed)
         return parse_completion(data)
 
 
 def parse_completion(data: dict[str, Any]) -> AssistantTurn:
-    """Turn an OpenAI chat-completion response into an `AssistantTurn`."""
-    choice = (data.get("choices") or [{}])[0]
+    """Turn an OpenAI chat-completion response into an `AssistantTurn`. An answer without a choice (`choices: []`,
+    none at all, or not an object) raises `EndpointError`: the rollout fails -- so `--resume` runs it again --
+    rather than counting as a clean turn without calls. Arguments nested deeper than `MAX_ARG_DEPTH`, or too long to
+    parse, are a parse error of their call."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        shown = json.dumps(data)[:300] if isinstance(data, (dict, list)) else repr(data)[:300]
+        raise EndpointError(f"the endpoint answered HTTP 200 without a choice: {shown}")
+    choice = choices[0]
     msg = choice.get("message") or {}
     calls: list[ToolCall] = []
     errors = []
@@ -225,17 +239,26 @@ def parse_completion(data: dict[str, Any]) -> AssistantTurn:
             args = raw
         else:
             try:
-                parsed = json.loads(raw) if raw not in (None, "") else {}
-                if isinstance(parsed, dict):
+                err = argument_error(None, raw) if isinstance(raw, str) else None
+                parsed = json.loads(raw) if raw not in (None, "") and err is None else {}
+                if err is None and isinstance(parsed, dict):
                     args = parsed
-                else:
+                elif err is None:
                     err = f"arguments are a JSON {type(parsed).__name__}, not an object"
             except (ValueError, TypeError, RecursionError) as exc:  # also a >4300-digit int, deep nesting
                 err = f"invalid JSON arguments: {exc}"
+        if args is not None and (too := argument_error(args)):
+            args, err = None, too
         if err:
             errors.append(f"{name}: {err}")
+        if isinstance(raw, str) or raw is None:
+            raw_text = raw
+        elif nesting_depth(raw) > MAX_ARG_DEPTH:  # json.dumps would recurse as deep
+            raw_text = f"<arguments nested deeper than {MAX_ARG_DEPTH} levels, not kept>"
+        else:
+            raw_text = json.dumps(raw)
         calls.append(ToolCall(name=name, arguments=args, id=tc.get("id") or f"call_{i}",
-                              raw_arguments=raw if isinstance(raw, str) else json.dumps(raw), parse_error=err))
+                              raw_arguments=kept_text(raw_text), parse_error=err))
     turn = AssistantTurn(
         content=msg.get("content"),
         tool_calls=calls,

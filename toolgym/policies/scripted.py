@@ -24,9 +24,10 @@ TurnFn = Callable[[list[dict[str, Any]], dict[str, Any]], AssistantTurn]
 _ids = itertools.count()
 
 
-def call(name: str, **arguments: Any) -> ToolCall:
-    """A well-formed tool call with a fresh id."""
-    return ToolCall(name=name, arguments=arguments, id=f"call_{next(_ids)}")
+def call(name: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -> ToolCall:
+    """A well-formed tool call with a fresh id: `call("move", position=4)`, or `call("rename", {"name": "x"})` --
+    the arguments as a dict, whatever their names (an argument may be called `name` or `arguments`)."""
+    return ToolCall(name=name, arguments={**(arguments or {}), **kwargs}, id=f"call_{next(_ids)}")
 
 
 class ScriptedSession(PolicySession):
@@ -40,10 +41,11 @@ class ScriptedSession(PolicySession):
 
 class ScriptedPolicy(Policy):
     """Wrap `fn(messages, memory) -> AssistantTurn`; `memory` is a per-rollout dict holding `tools`, `task` and
-    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it)."""
+    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it).
+    `answer_key=True` marks a player that reads the task's expected answer (a reference player)."""
 
-    def __init__(self, fn: TurnFn, name: str = "scripted") -> None:
-        self.fn, self.name = fn, name
+    def __init__(self, fn: TurnFn, name: str = "scripted", answer_key: bool = False) -> None:
+        self.fn, self.name, self.answer_key = fn, name, answer_key
         self._opened = itertools.count()
 
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:

@@ -22,7 +22,9 @@ def _group() -> None:
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(msg)}", soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -60,11 +62,19 @@ def synth_cmd(
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL for openai: teachers."),
     resume: bool = typer.Option(False, "--resume", help="Continue an unfinished run from its journal "
                                 "(OUT's .games.jsonl): keep its finished games, play the rest."),
+    skip_invalid_tasks: bool = typer.Option(False, "--skip-invalid-tasks",
+                                            help="Leave out tasks that fail `toolgym check` (counted and reported) "
+                                                 "instead of refusing to start."),
 ) -> None:
     """Play a teacher through an env, filter by reward, export a chat-with-tools dataset. Each finished game is
     journaled next to OUT (OUT's stem + .games.jsonl) until OUT is written, so a killed run can --resume."""
     import asyncio
 
+    from rich.markup import escape
+
+    from toolgym.check import InvalidTasksError, checked_tasks
+    from toolgym.config_env import TaskFileError, start_error_message
+    from toolgym.mcp_bridge import ServerStartError
     from toolgym.policies import PolicyUnavailable, load_policy
     from toolgym.registry import load_env, parse_env_args
     from toolgym.train.synth import journal_path, synth
@@ -80,7 +90,10 @@ def synth_cmd(
         policy = load_policy(teacher, env, **opts)
     except (ValueError, TypeError, ImportError, OSError) as exc:
         _fail(str(exc))
-    tasks = env.build_dataset(num_examples or None, seed=seed)
+    try:
+        tasks = env.build_dataset(num_examples or None, seed=seed)
+    except TaskFileError as exc:
+        _fail(str(exc))
     run_info = {"env": env_name, "teacher": teacher, "seed": seed, "env_args": env_args,
                 "teacher_args": _kv(teacher_arg)}
     journal = journal_path(out)
@@ -90,17 +103,30 @@ def synth_cmd(
         async def go() -> dict[str, Any]:
             try:
                 await policy.preflight()  # an endpoint that refuses connections: one error, no data file
-                return await synth(env, policy, tasks, out, hf_out, min_reward, drop_if, require_valid, concurrency,
-                                   on_done=lambda t: prog.advance(bar), resume=resume, run_info=run_info)
+                run_tasks, report = await checked_tasks(env, tasks, skip_invalid_tasks)  # as `toolgym check`
+                if report.problems:
+                    console.print(f"[yellow]skipped {len(report.invalid)} invalid task(s)[/] (--skip-invalid-tasks): "
+                                  f"{escape(str(report.problems[0]))}", soft_wrap=True, highlight=False)
+                    prog.update(bar, total=len(run_tasks))
+                return await synth(env, policy, run_tasks, out, hf_out, min_reward, drop_if, require_valid,
+                                   concurrency, on_done=lambda t: prog.advance(bar), resume=resume,
+                                   run_info=run_info)
             finally:
                 await env.aclose()
                 await policy.aclose()
 
         kept = f"; the finished games are kept in {journal}: re-run with --resume to play the rest"
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         try:
             res = asyncio.run(go())
         except KeyError as exc:  # a --drop-if name the env does not have: every game is in the journal
             _fail(f"{exc.args[0]}{kept if journal.exists() else ''}")
+        except InvalidTasksError as exc:
+            _fail(str(exc))
+        except ServerStartError as exc:
+            _fail(start_error_message(env, exc))
         except (FileExistsError, ValueError) as exc:
             _fail(str(exc))
         except PolicyUnavailable as exc:
@@ -168,6 +194,7 @@ def train_cmd(
         cfg = load_config(GRPOConfig, config, _kv(override))
     except ConfigError as exc:
         _fail(str(exc))
+    from toolgym.mcp_bridge import ServerStartError
     from toolgym.train.grpo import run_grpo
 
     console.print(f"[bold]toolgym train[/] {cfg.env} model={cfg.model} loss={cfg.loss_type} "
@@ -185,6 +212,8 @@ def train_cmd(
         try:
             last = run_grpo(cfg, resume, tick)
         except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+            _fail(str(exc))
+        except ServerStartError as exc:
             _fail(str(exc))
     console.print(f"done in {time.time() - t0:.0f}s; last step reward {last.get('reward', float('nan')):.3f} -> "
                   f"{cfg.output_dir}/final (use it as hf:{cfg.output_dir}/final)")

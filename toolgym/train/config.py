@@ -69,6 +69,8 @@ class GRPOConfig(ModelTrainConfig):
     env_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment.")
     num_examples: int = Field(1000, ge=1, description="Size of the task pool built by env.build_dataset (seeded).")
     dataset_seed: int = Field(0, description="Seed of env.build_dataset.")
+    skip_invalid_tasks: bool = Field(False, description="Leave out tasks that fail `toolgym check` (their expected "
+                                     "calls do not fit the servers' tool schemas) instead of refusing to start.")
     max_steps: int = Field(100, ge=1, description="Optimizer steps.")
     batch_size: int = Field(8, ge=1, description="Examples (groups) per step; each gets rollouts_per_example rollouts.")
     rollouts_per_example: int = Field(8, ge=2, description="Group size G (>= 2: advantages are relative to the group).")

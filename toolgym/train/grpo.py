@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import random
 import statistics
 import time
@@ -407,10 +408,17 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ loop
     async def _run(self) -> dict[str, Any]:
+        from toolgym.check import checked_tasks
+
         cfg = self.cfg
-        await self.env.start()
         last: dict[str, Any] = {}
         try:
+            # the tasks against the servers' tool schemas (`toolgym check`): refused, or skipped and counted
+            self.tasks, report = await checked_tasks(self.env, self.tasks, cfg.skip_invalid_tasks)
+            if report.problems:
+                logging.getLogger("toolgym.train").warning(
+                    "skipped %d invalid task(s) of %d (skip_invalid_tasks); first: %s", len(report.invalid),
+                    report.tasks, report.problems[0])
             while self.step < cfg.max_steps:
                 t0 = time.perf_counter()
                 self.policy.queue.reset_stats()  # (vllm-server: the server batches; stats stay 0)
@@ -474,8 +482,10 @@ class GRPOTrainer:
         pol = HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=cfg.max_tokens,
                        max_batch=cfg.concurrency)
         self.model.eval()
-        await env.start()
         try:
+            from toolgym.check import checked_tasks
+
+            tasks, _ = await checked_tasks(env, tasks, cfg.skip_invalid_tasks)
             trajs = await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(tasks)], cfg.concurrency)
         finally:
             await pol.aclose()

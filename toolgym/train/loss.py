@@ -1,20 +1,29 @@
-"""Group-relative advantages and the policy-gradient losses, on one screen.
+r"""Group-relative advantages and the policy-gradient losses, on one screen.
 
 Shapes: `logp`, `old_logp`, `ref_logp`, `mask` are [B, T] (token log-probs of the *sampled* tokens under the
 trainer, the behaviour policy and the reference; mask 1 on assistant-sampled tokens); `adv` is [B].
 
-Per-token objective (A = advantage, r = pi/pi_old per token):
-    grpo, dr_grpo, dapo:  -min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)          (PPO clip; dapo: eps_high > eps_low)
-    gspo:                 the same with the sequence-level ratio s = exp(mean_t log r) for every token
-                          (token form sg[s] * pi/sg[pi], so the gradient is s * grad mean log pi)
-    cispo:                -sg[min(r, 1+eps_high_is)] * A * log pi               (clipped IS weight, never zero grad)
-  + kl_coef * k3(pi, pi_ref),  k3 = exp(ref - logp) - (ref - logp) - 1   (when a reference is given)
+Per-token objective, with \(A\) the sequence's advantage, \(r = \pi_\theta / \pi_{\text{old}}\) the token's ratio
+and \(\operatorname{sg}\) a stop-gradient:
+
+| `loss_type` | per-token loss | note |
+|---|---|---|
+| `grpo`, `dr_grpo`, `dapo` | \(-\min\big(r A,\ \operatorname{clip}(r, 1-\epsilon_{low}, 1+\epsilon_{high})\, A\big)\) | PPO clip; `dapo`: \(\epsilon_{high} > \epsilon_{low}\) |
+| `gspo` | the same with the sequence-level ratio \(s = \exp\big(\tfrac{1}{T_i}\sum_t \log r_t\big)\) for every token | token form \(\operatorname{sg}[s]\, \pi_\theta / \operatorname{sg}[\pi_\theta]\): the gradient is \(s\, \nabla \tfrac{1}{T_i}\sum_t \log \pi_\theta\) |
+| `cispo` | \(-\operatorname{sg}\big[\min(r, 1+\epsilon_{IS})\big]\, A \log \pi_\theta\) | clipped IS weight (`epsilon_high_is`), never a zero gradient |
+
+plus, when a reference is given, \(\beta\, k_3\) with \(k_3 = e^{d} - d - 1\), \(d = \log \pi_{ref} - \log \pi_\theta\)
+(`kl_coef` is \(\beta\)).
 
 Aggregation (`token_weights`), chosen so gradient accumulation over micro-batches gives the same gradient as one
-big batch -- the normalisers are counts over the *whole step*, passed in:
-    grpo, gspo:  mean over each sequence's tokens, then mean over sequences     (1 / (len_i * n_seqs))
-    dapo, cispo: mean over all tokens of the step                               (1 / n_tokens)
-    dr_grpo:     sum over tokens / (n_seqs * max_len), a constant               (no length bias)
+big batch -- the normalisers are counts over the *whole step*, passed in (\(T_i\): sequence \(i\)'s loss tokens,
+\(N\): sequences, \(M\): loss tokens, \(L\): the longest sequence):
+
+| `loss_type` | token weight | meaning |
+|---|---|---|
+| `grpo`, `gspo` | \(1 / (T_i N)\) | mean over each sequence's tokens, then mean over sequences |
+| `dapo`, `cispo` | \(1 / M\) | mean over all tokens of the step |
+| `dr_grpo` | \(1 / (N L)\) | sum over tokens / (n_seqs * max_len), a constant: no length bias |
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The run folder: model loading (full or LoRA), checkpoints with optimizer + RNG state, resume, metrics.
 
 Layout of `output_dir`:
-    config.json                 the resolved config (a resumed run must match it on the fields that matter)
-    metrics.jsonl               one JSON object per optimizer step ({"step": n, ...}), appended + flushed + fsynced
-    checkpoints/step_000012/    model/ (HF save_pretrained: full weights or the LoRA adapter), trainer_state.pt
-                                (optimizer, scheduler, torch/python RNG, step), DONE (written last)
-    final/                      plain HF weights (LoRA merged when save_merged), loadable as `hf:output_dir/final`
-                                and adapter/ for LoRA runs
+
+| path | what |
+|---|---|
+| `config.json` | the resolved config (a resumed run must match it on the fields that matter) |
+| `metrics.jsonl` | one JSON object per optimizer step (`{"step": n, ...}`), appended + flushed + fsynced |
+| `checkpoints/step_000012/` | `model/` (HF `save_pretrained`: full weights or the LoRA adapter), `trainer_state.pt` (optimizer, scheduler, torch/python RNG, step), `DONE` (written last) |
+| `final/` | plain HF weights (LoRA merged when `save_merged`), loadable as `hf:output_dir/final`, and `adapter/` for LoRA runs |
 
 Crash safety: a checkpoint is written into `step_N.tmp/` and renamed after DONE is in it, so a SIGKILL leaves
 either the previous complete checkpoint or the new one. On resume the metrics file is cut back to the steps the

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolgym.journal import drop_torn_lines, first_finished, read_results, run_differences
+from toolgym.journal import drop_torn_lines, first_finished, read_results, record_line, run_differences
 from toolgym.train.data import trajectory_row, write_rows
 from toolgym.types import Trajectory
 
@@ -98,8 +98,9 @@ async def synth(
     await env.start()
     with journal.open("a") as f:
         async for _, traj in iter_rollouts(env, policy, jobs, concurrency):
+            line, traj = record_line(traj)  # a record that cannot be written is an error of its rollout
             results[(traj.example_id, traj.rollout_index)] = traj
-            f.write(json.dumps(traj.to_dict(), default=str) + "\n")
+            f.write(line)
             f.flush()
             if on_done:
                 on_done(traj)
@@ -110,7 +111,8 @@ async def synth(
     journal.unlink()  # the data file holds what the games were for
     errors = sum(1 for t in trajs if t.error)
     res = {"played": len(trajs), "kept": len(kept), "errors": errors, "resumed": resumed,
-           "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs) - errors),
+           # every game counts, an errored one at reward 0 (as in eval's statistics)
+           "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs)),
            "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
     if hasattr(policy, "stats"):  # as in eval's summary.json: requests, retries, failovers, endpoint_errors
         res["policy_stats"] = dict(policy.stats)

@@ -12,11 +12,15 @@ query. `submit_answer` ends the rollout. Fallback (no call): a final assistant m
 `<answer>...</answer>` (or a ```sql block) counts as the submission.
 
 Rewards (weight 1 each; a task gets its reward from the one that applies to its kind, the other returns 0):
-  execution_match: the submitted query's result, run on a fresh copy of the database, equals the gold result
-                   (multiset of rows, in order when the gold query has a top-level ORDER BY; numbers with tolerance);
-  state_match:     every table of the session database, dumped at the end through a hidden tool, equals the goal
-                   state (tables the gold writes change, compared row by row; all other tables unchanged, by digest).
-  efficiency:      optional (weight `efficiency_weight`, default 0 = metric): min(1, gold calls / model calls).
+
+- `execution_match`: the submitted query's result, run on a fresh copy of the database, equals the gold result
+  (multiset of rows, in order when the gold query has a top-level ORDER BY; numbers with tolerance);
+- `state_match`: every table of the session database, dumped at the end through a hidden tool, equals the goal
+  state (tables the gold writes change, compared row by row; all other tables unchanged, by digest). A database
+  grown past the server's grading caps (rows per table, value size, total size) scores 0, with the refusal in the
+  grade's `state_diff`; so does a submitted query whose result is over them (`answer_error`);
+- `efficiency`: optional (weight `efficiency_weight`, default 0 = metric): min(1, gold calls / model calls).
+
 Metrics: correct, refusals (calls refused by the server's safety policy), tool_errors, num_sql_calls.
 Tool-call accuracy (parse/name/args/exec) comes from the framework.
 """
@@ -28,6 +32,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
+from typing_extensions import TypedDict
 
 from toolgym import AssistantTurn, HiddenCallError, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, env_tool, stop
 from toolgym.policies.scripted import call
@@ -58,6 +63,13 @@ def _coerce(v: Any) -> Any:
             except ValueError:
                 pass
     return v
+
+
+class SqlAnswer(TypedDict):
+    """What a served SQL request returns beside the generic fields."""
+
+    answer: Annotated[str, Field(description="The query the agent submitted (empty for a change, or when it "
+                                             "submitted none).")]
 
 
 class SqlEnv(StatefulToolEnv):
@@ -155,6 +167,24 @@ class SqlEnv(StatefulToolEnv):
         return [{"role": "system", "content": self.system_prompt},
                 {"role": "user", "content": f"{task['prompt']}\n\n{how}"}]
 
+    # ------------------------------------------------------------ serving (`toolgym serve`)
+    def serve_task(self, request: str, kind: Literal["question", "change"] = "question", seed: int = 0
+                   ) -> dict[str, Any]:
+        """Run the SQL agent on a request against its database: a question (it answers with the SELECT query whose
+        result answers it) or a change (it makes the change with execute). Returns its answer (the submitted query),
+        the outcome, its turn count and a trace of its calls (the queries it ran and their results).
+
+        Args:
+            request: The question or the change, in plain language.
+            kind: "question" (answer with a query) or "change" (change the data).
+            seed: Seeds the agent's sampling: the same request and seed give the same answer.
+        """
+        return {"prompt": request, "kind": kind, "seed": seed}
+
+    def serve_result(self, trajectory: Any) -> SqlAnswer:
+        """The query the agent submitted (its answer)."""
+        return {"answer": submitted_sql(trajectory.info, trajectory.messages) or ""}
+
     # ------------------------------------------------------------ the final-answer tool
     @env_tool
     async def submit_answer(self, state: dict[str, Any], sql: Annotated[str, Field(
@@ -179,7 +209,7 @@ class SqlEnv(StatefulToolEnv):
 
     def scripted_players(self) -> dict[str, Any]:
         return {  # they take no options (`toolgym.policies.scripted`)
-            "reference": lambda env, /: ScriptedPolicy(_reference_player(), "scripted:reference"),
+            "reference": lambda env, /: ScriptedPolicy(_reference_player(), "scripted:reference", answer_key=True),
             "wrong": lambda env, /: ScriptedPolicy(_wrong_player(), "scripted:wrong"),
             "partial": lambda env, /: ScriptedPolicy(_partial_player(), "scripted:partial"),
         }
@@ -222,7 +252,15 @@ async def _grade(env: SqlEnv, state: dict[str, Any], task: dict[str, Any], messa
             finally:
                 await env.call("close_session", session=fresh)
     else:
-        dump = _json(await env.call("dump_tables", session=state["db_session"]))
+        try:
+            dump = _json(await env.call("dump_tables", session=state["db_session"]))
+        except HiddenCallError as exc:
+            if "Refused: grading:" not in str(exc):
+                raise  # the server failed: an error on this rollout
+            # the model grew its database past the graders' caps: a wrong final state, said why
+            g["state_diff"] = "grading: " + str(exc).split("Refused: grading:", 1)[1].strip()[:300]
+            state["grade"] = g
+            return g
         goal = task["goal_state"]
         ok, why = states_equal({t: dump.get(t, {"columns": [], "rows": []}) for t in goal}, goal)
         others = {t: v for t, v in dump.items() if t not in goal}

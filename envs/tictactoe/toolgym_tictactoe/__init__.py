@@ -25,6 +25,7 @@ held-out split the game passed through), which `toolgym synth --drop-if heldout_
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import random
@@ -33,8 +34,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
+from typing_extensions import TypedDict
 
-from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
+from toolgym import AssistantTurn, HiddenCallError, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
 from toolgym.policies.scripted import call
 from toolgym_tictactoe import positions as P
 
@@ -269,6 +271,9 @@ class TicTacToeEnv(StatefulToolEnv):
 
     async def cleanup(self, state: dict[str, Any]) -> None:
         if "game_id" in state:
+            if "result" not in state:  # an unscored game (a served one) keeps its final result in the state
+                with contextlib.suppress(HiddenCallError):
+                    await _result(self, state)
             await self.call("end_game", game_id=state["game_id"])
 
     # ------------------------------------------------------------ rewards
@@ -291,38 +296,121 @@ class TicTacToeEnv(StatefulToolEnv):
         return {"minimax": minimax_player, "random": random_player, "imperfect": imperfect_player}
 
 
+    # ------------------------------------------------------------ serving (`toolgym serve`)
+    serve_defaults = {"transport": "inprocess"}  # a served request starts no server process
+
+    def serve_task(
+        self,
+        seed: Annotated[int, Field(ge=0, le=2**53)] = 0,
+        agent_starts: bool | None = None,
+        opponent_random_move_prob: Prob = 0.0,
+    ) -> dict[str, Any]:
+        """Play one game of tic-tac-toe: the agent is X, the opponent O plays minimax (or a random free cell with
+        probability opponent_random_move_prob). Returns the outcome for the agent (win, draw, loss, or unfinished
+        when the turn cap came first), the final board, the moves in order, the agent's last words and a trace of
+        its calls. The same arguments give the same game.
+
+        Args:
+            seed: Seeds who starts (unless agent_starts is given), the opponent's choices among equally good moves
+                and the agent's sampling.
+            agent_starts: Whether the agent (X) moves first; default: a coin flip drawn from the seed.
+            opponent_random_move_prob: Probability, 0 to 1, that the opponent plays a random free cell instead of a
+                best move: 0 is a perfect opponent.
+        """
+        if agent_starts is None:
+            agent_starts = random.Random(f"tictactoe-example:{seed}").random() < 0.5
+        return {"seed": seed, "x_starts": agent_starts, "random_move_prob": opponent_random_move_prob}
+
+    def serve_result(self, trajectory: Any) -> GameSummary:
+        """The served game's outcome, final board and moves (from the result `cleanup` keeps in the state)."""
+        res = trajectory.info.get("result") or {}
+        status = res.get("status", "in_progress")
+        return {"outcome": "unfinished" if status == "in_progress" else status,
+                "board": res.get("board", ""), "moves": list(res.get("moves", [])),
+                "agent_started": bool(res.get("x_starts", trajectory.task.get("x_starts", True)))}
+
     def serve_tools(self, agent: Any) -> dict[str, Any]:
         """Tools for `toolgym serve`: let any MCP client play against (or get advice from) the agent."""
-        from mcp.server.mcpserver.exceptions import ToolError
         from mcp_server_tictactoe import game as g
-        from mcp_server_tictactoe.server import parse_position
 
-        async def suggest_move(board: str, agent_plays: str = "X") -> dict[str, Any]:
+        async def suggest_move(board: str, agent_plays: Literal["X", "O"] = "X") -> SuggestedMove:
             """Ask the agent for its move on a board; returns the move, the board after it and the game status.
 
             Args:
                 board: The position, 9 cells row by row: X, O, or '.' for empty (e.g. "X...O...." or "X..|.O.|...").
-                agent_plays: The side the agent plays; it must be that side's turn (choices: ["X", "O"]).
+                agent_plays: The side the agent plays; it must be that side's turn.
             """
             agent.check_text(board, "board")
-            side = agent_plays.strip().upper()
-            if side not in ("X", "O"):
-                raise ToolError("agent_plays must be 'X' or 'O'")
-            cells = parse_position(x_view(board, side))  # the agent always plays X on the server
+            cells = client_position(board, agent_plays)  # errors in the client's own colours
+            cells = x_view(cells, agent_plays)  # the agent always plays X on the server
             seed = int(cells.translate(str.maketrans(".XO", "012")), 3)  # stable per position
             traj = await agent.run({"seed": seed, "board": cells}, max_turns=1)
+            reasoning = traj.turns[0]["reasoning"] if traj.turns else None
             move = next((c for c in traj.calls if c.name == "make_move"), None)
             if move is None or not move.exec_ok:
                 why = move.result if move is not None else "the agent made no move"
-                return {"position": None, "valid": False, "error": why, "reasoning": traj.turns[0]["reasoning"]
-                        if traj.turns else None}
+                return {"position": None, "valid": False, "board_after": None, "status": None, "error": why,
+                        "reasoning": reasoning}
             pos = int((move.arguments or {})["position"])
             after = g.play(cells, pos, "X")
             status = {"X": "agent_won"}.get(g.winner(after) or "", "draw" if g.EMPTY not in after else "in_progress")
-            return {"position": pos, "valid": True, "board_after": x_view(after, side), "status": status,
-                    "reasoning": traj.turns[0]["reasoning"] if traj.turns else None}
+            return {"position": pos, "valid": True, "board_after": x_view(after, agent_plays), "status": status,
+                    "error": None, "reasoning": reasoning}
 
         return {"suggest_move": suggest_move}
+
+
+class GameSummary(TypedDict):
+    """What a served game (`run_agent`) reports beside the generic fields."""
+
+    outcome: Annotated[Literal["win", "draw", "loss", "unfinished"], Field(
+        description="The game's result for the agent: win, draw, loss, or unfinished (the turn cap came first).")]
+    board: Annotated[str, Field(description="The final board, 9 cells row by row: X the agent, O the opponent, "
+                                            "'.' empty.")]
+    moves: Annotated[list[str], Field(description="The moves in order, side then cell, e.g. ['O4', 'X0', 'O8'].")]
+    agent_started: Annotated[bool, Field(description="Whether the agent (X) moved first.")]
+
+
+class SuggestedMove(TypedDict):
+    """`suggest_move`'s answer."""
+
+    position: Annotated[int | None, Field(description="The cell the agent plays, 0-8 row by row (null: it made no "
+                                                      "valid move).")]
+    valid: Annotated[bool, Field(description="Whether the agent's move was legal.")]
+    board_after: Annotated[str | None, Field(description="The board after the move, in the client's colours.")]
+    status: Annotated[Literal["agent_won", "draw", "in_progress"] | None, Field(
+        description="The game after the move: agent_won, draw or in_progress.")]
+    error: Annotated[str | None, Field(description="Why the move was not valid (null when it was).")]
+    reasoning: Annotated[str | None, Field(description="The agent's thinking before the move.")]
+
+
+MAX_BOARD_CHARS = 200
+
+
+def client_position(board: str, side: str = "X") -> str:
+    """A position given by a client, checked with `side` to move: 9 cells (X, O, or '.'/'-'/'_'/space/digit for
+    empty; separators '|', '/', ',', '+', newlines ignored) as a 9-character board with '.' for empty cells. Errors
+    (`ToolError`) speak of the client's colours and of what it sent (its length, its cell count)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_server_tictactoe import game as g
+
+    if len(board) > MAX_BOARD_CHARS:
+        raise ToolError(f"board too long: {len(board)} characters (a board is 9 cells, at most {MAX_BOARD_CHARS} "
+                        "characters with separators)")
+    cells = [c for c in board.upper() if c not in "|/\n\r\t,+"]
+    if len(cells) != 9:
+        raise ToolError(f"a board has 9 cells (X, O or . for empty), got {len(cells)}: {board[:60]!r}")
+    bad = sorted({c for c in cells if c not in "XO.-_ 012345678"})
+    if bad:
+        raise ToolError(f"invalid cell characters {bad}: use X, O or . for empty")
+    out = "".join(c if c in "XO" else g.EMPTY for c in cells)
+    other = "O" if side == "X" else "X"
+    mine, theirs = out.count(side), out.count(other)
+    if not (mine == theirs or theirs == mine + 1):
+        raise ToolError(f"not a position with {side} to move: {mine} {side} and {theirs} {other}")
+    if g.is_over(out):
+        raise ToolError("the game on that board is already over")
+    return out
 
 
 def x_view(board: str, agent_plays: str = "X") -> str:

@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 
 from mcp_server_wiki.world import extract_fact, generate_questions, generate_world, normalize_world_opts
 from pydantic import Field
+from typing_extensions import TypedDict
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, env_tool, stop
 from toolgym.policies.scripted import call
@@ -119,6 +120,12 @@ def turn_cost(turns) -> float:  # type: ignore[no-untyped-def]
     return -float(len(turns))
 
 
+class WikiAnswer(TypedDict):
+    """What a served wiki question returns beside the generic fields."""
+
+    answer: Annotated[str, Field(description="The agent's answer as it submitted it (empty: it gave none).")]
+
+
 # ---------------------------------------------------------------- the environment
 class WikiEnv(StatefulToolEnv):
     name = "wiki"
@@ -200,6 +207,13 @@ class WikiEnv(StatefulToolEnv):
     def answered(self, state: dict[str, Any]) -> bool:
         return state.get("answer") is not None
 
+    # ------------------------------------------------------------ serving (`toolgym serve`)
+    serve_defaults = {"transport": "inprocess"}  # a served request starts no server process
+
+    def serve_result(self, trajectory: Any) -> WikiAnswer:
+        """The answer the agent submitted (through `answer`, or an `<answer>` tag)."""
+        return {"answer": final_answer(trajectory.info, trajectory.messages) or ""}
+
     # ------------------------------------------------------------ rewards
     def build_rubric(self) -> Rubric:
         return Rubric([
@@ -213,7 +227,7 @@ class WikiEnv(StatefulToolEnv):
 
     def scripted_players(self) -> dict[str, Any]:
         return {  # options: random's seed (`toolgym.policies.scripted`)
-            "reference": lambda env, /: ScriptedPolicy(reference_player(), "scripted:reference"),
+            "reference": lambda env, /: ScriptedPolicy(reference_player(), "scripted:reference", answer_key=True),
             "random": lambda env, /, seed=None: ScriptedPolicy(random_player(seed), "scripted:random"),
         }
 

@@ -1,9 +1,16 @@
-"""CLI: `mcp-server-sql [--transport stdio|streamable-http] [--db URL | --fixture NAME] [limits...]`."""
+"""CLI: `mcp-server-sql [--transport stdio|streamable-http] [--db URL | --fixture NAME] [limits...]`, and
+`mcp-server-sql --sweep --db POSTGRES_URL` (drop what killed servers left behind, then exit).
+
+SIGTERM ends the server like Ctrl-C: its session databases and roles are dropped before it exits (uvicorn, serving
+streamable HTTP, re-raises the signal after its graceful shutdown, into the same handler)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
+import sys
 
 from mcp_server_sql.db import Limits
 from mcp_server_sql.server import build_server
@@ -20,6 +27,10 @@ IN_CALL_FLAGS = {
     "sqlite-heap-mb": "SQLite: memory cap of the whole process, all sessions together (0: none)",
     "pg-work-mem-mb": "PostgreSQL: work_mem of every transaction (0: the server's own)",
     "pg-temp-file-mb": "PostgreSQL: temp_file_limit of each session role (0: none; needs a superuser admin)",
+    "max-expanded-tokens": "SQLite: most tokens the compiler may copy for CTE and view references (0: no check)",
+    "grade-max-rows": "graders (query_json, dump_tables): most rows of a result or of a dumped table",
+    "grade-max-cell-chars": "graders: longest value (blobs: hex digits)",
+    "grade-max-mb": "graders: most megabytes of values in one answer",
 }
 
 
@@ -56,7 +67,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-rows", type=int, default=50, help="rows shown per result")
     p.add_argument("--hard-max-rows", type=int, default=500, help="largest max_rows a call may ask for")
     p.add_argument("--max-result-chars", type=int, default=20_000)
-    p.add_argument("--max-sessions", type=int, default=256)
+    p.add_argument("--max-sessions", type=int, default=256, help="live sessions at most")
+    p.add_argument("--max-client-sessions", type=int, default=None,
+                   help="live sessions one client may hold (default: half of --max-sessions)")
+    p.add_argument("--session-idle-s", type=float, default=300.0,
+                   help="a session with a call this recent is in use and never evicted for room")
+    p.add_argument("--workers", type=int, default=16, help="threads running database calls")
+    p.add_argument("--reserved-workers", type=int, default=4, help="of --workers: the lane for cheap sessions")
+    p.add_argument("--lane-s", type=float, default=1.0, help="time a call may take in the reserved lane")
+    p.add_argument("--sweep", action="store_true",
+                   help="PostgreSQL (--db): drop the databases and roles of servers that are gone, print them, exit")
     p.add_argument("--max-db-mb", type=int, default=64, help="SQLite: size cap of a session database")
     p.add_argument("--no-grading-tools", action="store_true", help="do not expose dump_tables / query_json")
     g = p.add_argument_group("limits inside one call (docs/security.md)")
@@ -64,18 +84,43 @@ def main(argv: list[str] | None = None) -> None:
         field = flag.replace("-", "_")
         g.add_argument(f"--{flag}", type=int, default=getattr(Limits, field), help=f"{help_} (default %(default)s)")
     a = p.parse_args(argv)
+    if a.sweep:
+        if not a.db or a.db.split(":", 1)[0].split("+", 1)[0] not in ("postgresql", "postgres"):
+            p.error("--sweep needs --db with a PostgreSQL admin URL")
+        from mcp_server_sql.db import sweep
+
+        print(json.dumps(sweep(a.db)))
+        return
     if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
         bound_malloc()
+    exit_on_sigterm()
     srv = build_server(db=a.db, fixture=a.fixture, seed=a.seed, read_only=a.read_only, timeout_s=a.timeout_s,
                        max_rows=a.max_rows, hard_max_rows=a.hard_max_rows, max_result_chars=a.max_result_chars,
                        max_sessions=a.max_sessions, max_db_mb=a.max_db_mb, template_db=a.template_db, pg_pool=a.pg_pool,
-                       grading_tools=not a.no_grading_tools,
-                       **{f.replace("-", "_"): getattr(a, f.replace("-", "_")) for f in IN_CALL_FLAGS})
-    if a.transport == "stdio":
-        srv.stdio = True  # one stdio process serves one client: the process is the session
-        srv.run("stdio")
-    else:
-        srv.run("streamable-http", host=a.host, port=a.port)
+                       grading_tools=not a.no_grading_tools, max_client_sessions=a.max_client_sessions,
+                       session_idle_s=a.session_idle_s, workers=a.workers, reserved_workers=a.reserved_workers,
+                       lane_s=a.lane_s, **{f.replace("-", "_"): getattr(a, f.replace("-", "_")) for f in IN_CALL_FLAGS})
+    try:
+        if a.transport == "stdio":
+            srv.stdio = True  # one stdio process serves one client: the process is the session
+            srv.run("stdio")
+        else:
+            srv.run("streamable-http", host=a.host, port=a.port)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.registry.close()  # type: ignore[attr-defined]  # drop every session database now, not at exit
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does, so that the server unwinds and drops its
+    session databases (the default action ends the process at once, leaving them behind)."""
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        raise KeyboardInterrupt
+
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, on_term)
 
 
 if __name__ == "__main__":

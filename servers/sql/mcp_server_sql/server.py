@@ -7,7 +7,12 @@ Every session gets its own clone of the template database, made on first use and
 * without a handle, the transport's own session: the connection object on the handshake-era protocol, the
   streamable-HTTP session id, or the process under stdio (one client per process). Where there is none
   (2026 protocol in memory or over HTTP) a call without a handle is refused with a message naming open_session.
-At most `max_sessions` live at once (least recently used dropped first).
+
+Sharing the server (docs/security.md): at most `max_sessions` live at once and `max_client_sessions` per client (the
+transport session that opened them; clients without one share a quota); a session in use -- a call in flight, or one
+within `session_idle_s` -- is never evicted to make room (a full server refuses new sessions instead), and only the
+client that opened a session may close it. Calls run on the scheduler of `mcp_server_sql.sched` (one per session at a
+time, a reserved lane for sessions whose calls are cheap).
 
 Tool errors are MCP error results whose text starts with `Refused:` (policy: statement kind, ATTACH, PRAGMA, file
 functions, read-only mode, caps, the in-call limits of `Limits`), `Timeout:` or `SQL error:` (the database's own
@@ -17,14 +22,16 @@ message). docs/security.md lists what each limit bounds and its default.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import inspect
 import json
 import secrets
 import threading
+import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
@@ -32,7 +39,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_server_sql.db import Limits, Result, SessionDB, SQLError, SQLTimeout, make_backend, py_value
+from mcp_server_sql.db import Limits, Result, SessionDB, SQLError, SQLTimeout, in_parallel, make_backend, py_value
+from mcp_server_sql.sched import Scheduler
 from mcp_server_sql.sqlcheck import SQLRefused
 
 INSTRUCTIONS = (
@@ -54,7 +62,8 @@ ReadSQL = Annotated[str, Field(description="One read-only statement: SELECT, WIT
 WriteSQL = Annotated[str, Field(description="One statement: INSERT, UPDATE, DELETE, CREATE/DROP TABLE, INDEX or "
                                             "VIEW, or ALTER TABLE.")]
 MaxRows = Annotated[int | None, Field(description="Show at most this many rows (default: the server's row cap).")]
-GradeRows = Annotated[int, Field(description="Return at most this many rows.")]
+GradeRows = Annotated[int | None, Field(description="Return at most this many rows (default and most: the server's "
+                                                   "grading row cap).")]
 Tables = Annotated[list[str] | None, Field(description="Base tables to dump (default: all).")]
 
 
@@ -111,85 +120,203 @@ def format_table(res: Result, limits: Limits, what: str = "row") -> str:
     return "\n".join(lines)
 
 
+@dataclasses.dataclass(eq=False)
+class _Entry:
+    db: SessionDB
+    client: Hashable | None  # who opened it (`client_key`)
+    last_used: float
+    active: int = 0  # calls in flight
+    closing: bool = False  # closed or dropped while a call was in flight: closed when the last one ends
+
+
 class SessionRegistry:
     """Session databases by key: an `open_session` handle (random, unguessable) or a transport owner (a
-    connection object, an HTTP session id, the stdio process). Created lazily; dropped by `close_session`, when a
-    connection object is garbage-collected, or by LRU eviction beyond `max_sessions`."""
+    connection object, an HTTP session id, the stdio process). Created lazily; dropped by `close_session` (only by
+    the client that opened it), when a connection object is garbage-collected, or evicted to make room.
 
-    def __init__(self, backend, max_sessions: int = 256):
+    Quotas: at most `max_sessions` in all and `max_client_sessions` per client (default half of `max_sessions`;
+    clients without a transport identity share one quota). To make room for a new session the least recently used
+    session *not in use* is evicted (the client's own first when it is at its quota) -- in use: a call in flight, or a
+    call within `idle_s` --; when every candidate is in use, the new one is refused with a message saying so."""
+
+    def __init__(self, backend, max_sessions: int = 256, max_client_sessions: int | None = None,
+                 idle_s: float = 300.0):
         self.backend = backend
         self.max_sessions = max_sessions
-        self._dbs: OrderedDict[Any, SessionDB] = OrderedDict()
+        self.max_client_sessions = max_client_sessions or max(1, max_sessions // 2)
+        self.idle_s = idle_s
+        self._dbs: OrderedDict[Any, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._pending: Counter[Hashable | None] = Counter()  # sessions being created, per client
         self.created = 0
+        self.evicted = 0
+        self._closed = False
 
-    def _add(self, key: Any, db: SessionDB) -> None:
+    # --- room ---------------------------------------------------------------------------------------------
+    def _make_room(self, client: Hashable | None) -> list[_Entry]:
+        """Under the lock: check the client's quota and the server's; return the entries evicted for room."""
         evicted = []
-        with self._lock:
-            self._dbs[key] = db
-            while len(self._dbs) > self.max_sessions:
-                evicted.append(self._dbs.popitem(last=False)[1])
-        for old in evicted:
-            old.close()
+        now = time.monotonic()
 
-    def open(self) -> str:
+        def idle(e: _Entry) -> bool:
+            return not e.active and now - e.last_used >= self.idle_s
+
+        mine = sum(1 for e in self._dbs.values() if e.client == client) + self._pending[client]
+        if mine >= self.max_client_sessions:  # room from the client's own idle sessions, else refused
+            victim = next((k for k, e in self._dbs.items() if e.client == client and idle(e)), None)
+            if victim is None:
+                raise SQLRefused(f"this client has {mine} sessions open, the most one client may hold "
+                                 f"(--max-client-sessions {self.max_client_sessions}), all in use; close one with "
+                                 "close_session")
+            evicted.append(self._dbs.pop(victim))
+            self.evicted += 1
+        while len(self._dbs) + sum(self._pending.values()) >= self.max_sessions:
+            victim = next((k for k, e in self._dbs.items() if idle(e)), None)
+            if victim is None:
+                raise SQLRefused(f"the server holds its most sessions ({self.max_sessions}, --max-sessions) and every "
+                                 f"one is in use (a call within {self.idle_s:g} s); try again later")
+            evicted.append(self._dbs.pop(victim))
+            self.evicted += 1
+        return evicted
+
+    def _create(self, key: Any, client: Hashable | None) -> _Entry:
+        with self._lock:
+            evicted = self._make_room(client)
+            self._pending[client] += 1
+        for old in evicted:
+            self._close_entry(old)
+        try:
+            db = self.backend.new_session()
+        finally:
+            with self._lock:
+                self._pending[client] -= 1
+                if not self._pending[client]:
+                    del self._pending[client]
+        entry = _Entry(db, client, time.monotonic())
+        with self._lock:
+            self.created += 1
+            self._dbs[key] = entry
+        return entry
+
+    @staticmethod
+    def _close_entry(entry: _Entry) -> None:
+        if entry.active:
+            entry.closing = True  # the last call closes it
+            return
+        with contextlib.suppress(Exception):  # a session that fails to close must not stop the others
+            entry.db.close()
+
+    # --- handles -------------------------------------------------------------------------------------------
+    def open(self, client: Hashable | None = None) -> str:
         handle = "s-" + secrets.token_urlsafe(16)
-        db = self.backend.new_session()
-        self.created += 1
-        self._add(("handle", handle), db)
+        self._create(("handle", handle), client)
         return handle
 
-    def by_handle(self, handle: str) -> SessionDB:
+    def use_handle(self, handle: str) -> _Entry:
+        """The entry of a handle, marked in use (pair with `release`)."""
         with self._lock:
-            db = self._dbs.get(("handle", handle))
-            if db is None:
+            entry = self._dbs.get(("handle", handle))
+            if entry is None:
                 raise SQLRefused("unknown or closed session handle (open one with open_session)")
             self._dbs.move_to_end(("handle", handle))
-            return db
+            entry.active += 1
+            entry.last_used = time.monotonic()
+            return entry
 
-    def close_handle(self, handle: str) -> bool:
-        with self._lock:
-            db = self._dbs.pop(("handle", handle), None)
-        if db is not None:
-            db.close()
-        return db is not None
+    def by_handle(self, handle: str) -> SessionDB:
+        entry = self.use_handle(handle)
+        self.release(entry)
+        return entry.db
 
-    def by_owner(self, owner: object) -> SessionDB:
-        key = ("owner", owner) if isinstance(owner, (str, tuple)) else ("owner", id(owner))
+    def release(self, entry: _Entry) -> None:
         with self._lock:
-            db = self._dbs.get(key)
-            if db is not None:
+            entry.active -= 1
+            entry.last_used = time.monotonic()
+            close = entry.closing and not entry.active
+        if close:
+            entry.closing = False
+            self._close_entry(entry)
+
+    def close_handle(self, handle: str, client: Hashable | None = None) -> bool:
+        with self._lock:
+            entry = self._dbs.get(("handle", handle))
+            if entry is None:
+                return False
+            if entry.client != client:
+                raise SQLRefused("this session was opened by another client; only that client may close it")
+            del self._dbs[("handle", handle)]
+        self._close_entry(entry)
+        return True
+
+    # --- transport owners ----------------------------------------------------------------------------------
+    @staticmethod
+    def owner_key(owner: object) -> Any:
+        return ("owner", owner) if isinstance(owner, (str, tuple)) else ("owner", id(owner))
+
+    def lookup_owner(self, owner: object) -> _Entry | None:
+        """The owner's entry marked in use, or None when it has no session yet (then `use_owner` creates one)."""
+        key = self.owner_key(owner)
+        with self._lock:
+            entry = self._dbs.get(key)
+            if entry is not None:
                 self._dbs.move_to_end(key)
-                return db
-        db = self.backend.new_session()
-        self.created += 1
+                entry.active += 1
+                entry.last_used = time.monotonic()
+            return entry
+
+    def use_owner(self, owner: object) -> _Entry:
+        entry = self.lookup_owner(owner)
+        if entry is not None:
+            return entry
+        key = self.owner_key(owner)
+        entry = self._create(key, key)
         if key[1] == id(owner):
             try:
                 weakref.finalize(owner, self.drop, key)
-            except TypeError:  # not weak-referenceable: rely on the LRU cap
+            except TypeError:  # not weak-referenceable: rely on eviction
                 pass
-        self._add(key, db)
-        return db
+        with self._lock:
+            entry.active += 1
+        return entry
+
+    def by_owner(self, owner: object) -> SessionDB:
+        entry = self.use_owner(owner)
+        self.release(entry)
+        return entry.db
 
     def drop(self, key: Any) -> None:
         with self._lock:
-            db = self._dbs.pop(key, None)
-        if db is not None:
-            threading.Thread(target=db.close, daemon=True).start()
+            entry = self._dbs.pop(key, None)
+        if entry is not None:
+            threading.Thread(target=self._close_entry, args=(entry,), daemon=True).start()
 
     def __len__(self) -> int:
         return len(self._dbs)
 
     def close(self) -> None:
         with self._lock:
-            dbs = list(self._dbs.values())
+            if self._closed:
+                return
+            self._closed = True
+            entries = list(self._dbs.values())
             self._dbs.clear()
-        for db in dbs:
-            try:
-                db.close()
-            except Exception:
-                pass
+        # in parallel: PostgreSQL drops a database per session (after SIGTERM there are a few seconds)
+        in_parallel(self._close_quietly, entries)
         self.backend.close()
+
+    @staticmethod
+    def _close_quietly(entry: _Entry) -> None:
+        with contextlib.suppress(Exception):
+            entry.db.close()
+
+
+def client_key(ctx: Context, stdio: bool) -> Hashable | None:
+    """Who is calling, for quotas and ownership: the caller's transport session (`transport_owner`) as a hashable
+    key, or None when the transport has none (such clients share one quota)."""
+    owner = transport_owner(ctx, stdio)
+    if owner is None:
+        return None
+    return SessionRegistry.owner_key(owner)
 
 
 def transport_owner(ctx: Context, stdio: bool) -> object | None:
@@ -230,13 +357,20 @@ def build_server(
     pg_pool: int = 2,
     grading_tools: bool = True,
     name: str = "sql",
+    max_client_sessions: int | None = None,
+    session_idle_s: float = 300.0,
+    workers: int = 16,
+    reserved_workers: int = 4,
+    lane_s: float = 1.0,
     **limits_in_call: Any,
 ) -> MCPServer:
     """Build the server. `db`: a database URL (sqlite:///file.db, postgresql+psycopg://admin@host/db) or a
     SQLite file path; without it the bundled `fixture` is generated into an in-memory SQLite template.
     With a PostgreSQL URL the fixture (or `template_db`) becomes the template database cloned per session.
+    `max_client_sessions`, `session_idle_s`: the registry's quotas (`SessionRegistry`); `workers`,
+    `reserved_workers`, `lane_s`: the scheduler (`mcp_server_sql.sched`).
     `limits_in_call`: any other field of `Limits` (`max_value_bytes=`, `max_sql_bytes=`, `sqlite_heap_mb=`,
-    `pg_work_mem_mb=`, ...; defaults and meaning in docs/security.md)."""
+    `pg_work_mem_mb=`, `grade_max_rows=`, ...; defaults and meaning in docs/security.md)."""
     unknown = set(limits_in_call) - {f.name for f in dataclasses.fields(Limits)}
     if unknown:
         raise TypeError(f"build_server() got unknown limits {sorted(unknown)}")
@@ -245,28 +379,31 @@ def build_server(
                     **limits_in_call)
     backend = make_backend(db, fixture=None if db and not db.startswith("postgres") else fixture, seed=seed,
                            limits=limits, template_db=template_db, pg_pool=pg_pool)
-    registry = SessionRegistry(backend, max_sessions=max_sessions)
+    registry = SessionRegistry(backend, max_sessions=max_sessions, max_client_sessions=max_client_sessions,
+                               idle_s=session_idle_s)
+    sched = Scheduler(workers=workers, reserved=reserved_workers, lane_s=lane_s)
     atexit.register(registry.close)
     srv = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")  # per-request INFO lines through rich: ~30 % of a call's CPU
     srv.registry = registry  # type: ignore[attr-defined]  # for tests and benchmarks
+    srv.scheduler = sched  # type: ignore[attr-defined]
     srv.limits = limits  # type: ignore[attr-defined]
     srv.stdio = False  # type: ignore[attr-defined]  # set by the CLI: one stdio process serves one client
 
     async def run(ctx: Context, fn, *args, **kwargs):
         handle = kwargs.get("session")
-        owner = None if handle else transport_owner(ctx, srv.stdio)  # type: ignore[attr-defined]
-
-        def work():
-            if handle:
-                db_ = registry.by_handle(handle)
-            elif owner is None:
-                raise SQLRefused("this transport has no MCP session (2026 protocol without stdio): call "
-                                 "open_session and pass its handle as `session`")
-            else:
-                db_ = registry.by_owner(owner)
-            return fn(db_, *args)
         try:
-            return await anyio.to_thread.run_sync(work)
+            if handle:
+                entry = registry.use_handle(handle)
+            else:
+                owner = transport_owner(ctx, srv.stdio)  # type: ignore[attr-defined]
+                if owner is None:
+                    raise SQLRefused("this transport has no MCP session (2026 protocol without stdio): call "
+                                     "open_session and pass its handle as `session`")
+                entry = registry.lookup_owner(owner) or await anyio.to_thread.run_sync(registry.use_owner, owner)
+            try:
+                return await sched.run(entry.db, lambda: fn(entry.db, *args))
+            finally:
+                registry.release(entry)
         except SQLRefused as e:
             raise ToolFailure(f"Refused: {e}") from None
         except SQLTimeout as e:
@@ -275,19 +412,24 @@ def build_server(
             raise ToolFailure(f"SQL error: {e}") from None
 
     @_tool(srv)
-    async def open_session() -> str:
+    async def open_session(ctx: Context) -> str:
         """Open a new private database session (a fresh copy of the database) and return its handle as JSON
         {"session": handle}. Pass the handle as `session` to the other tools; needed only on transports without
         MCP sessions."""
+        client = client_key(ctx, srv.stdio)  # type: ignore[attr-defined]
         try:
-            return json.dumps({"session": await anyio.to_thread.run_sync(registry.open)})
-        except SQLRefused as e:  # e.g. SQLite's memory cap reached
+            return json.dumps({"session": await anyio.to_thread.run_sync(registry.open, client)})
+        except SQLRefused as e:  # a quota, or SQLite's memory cap reached
             raise ToolFailure(f"Refused: {e}") from None
 
     @_tool(srv)
-    async def close_session(session: Handle) -> str:
+    async def close_session(session: Handle, ctx: Context) -> str:
         """Close a session opened with open_session and drop its database."""
-        closed = await anyio.to_thread.run_sync(registry.close_handle, session)
+        client = client_key(ctx, srv.stdio)  # type: ignore[attr-defined]
+        try:
+            closed = await anyio.to_thread.run_sync(registry.close_handle, session, client)
+        except SQLRefused as e:
+            raise ToolFailure(f"Refused: {e}") from None
         return "closed" if closed else "no such session"
 
     @_tool(srv)
@@ -342,12 +484,15 @@ def build_server(
     if grading_tools:
         @_tool(srv)
         async def dump_tables(ctx: Context, tables: Tables = None, session: Session = None) -> str:
-            """(For graders) Every row of the given base tables (default: all) as JSON {table: {columns, rows}}."""
+            """(For graders) Every row of the given base tables (default: all) as JSON {table: {columns, rows}}; refused
+            ("Refused: grading: ...") past the graders' caps (rows per table, value size, total size)."""
             return json.dumps(await run(ctx, lambda d: d.dump(tables), session=session))
 
         @_tool(srv)
-        async def query_json(sql: ReadSQL, ctx: Context, max_rows: GradeRows = 100_000, session: Session = None) -> str:
-            """(For graders) Run one read query; JSON {columns, rows, truncated} with values made JSON-friendly."""
+        async def query_json(sql: ReadSQL, ctx: Context, max_rows: GradeRows = None, session: Session = None) -> str:
+            """(For graders) Run one read query; JSON {columns, rows, truncated} with values made JSON-friendly. The
+            graders' caps apply (rows, value size, total size): past one the call is refused ("Refused: grading:
+            ...")."""
             res = await run(ctx, lambda d: d.query_all(sql, max_rows), session=session)
             return json.dumps({"columns": res.columns, "rows": [[py_value(v) for v in r] for r in res.rows],
                                "truncated": res.truncated})

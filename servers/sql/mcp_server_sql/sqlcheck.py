@@ -178,3 +178,212 @@ def check_sql(sql: str, kind: str) -> str:
     if first == "ALTER" and second != "TABLE":
         raise SQLRefused(f"ALTER {second} is not allowed (only ALTER TABLE)")
     return stmt
+
+
+# --------------------------------------------------------------------------------------------- statement tokens
+_WORD = re.compile(r"[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*")
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?|0[xX][0-9A-Fa-f]+")
+
+
+def tokens(sql: str, dialect: str = "postgresql") -> list[str]:
+    """The tokens of one statement for the checks below, in order: identifiers and keywords lowercased, a quoted
+    identifier as `"` + its name lowercased (`name()` strips the mark; lowercased because these checks over-refuse
+    rather than miss a name), one `'` per string literal, `0` per number, and every other character on its own
+    (`(`, `)`, `,`, `.`, operators). Comments are dropped. A PostgreSQL `U&"..."` identifier becomes `u&"` followed by
+    its raw text (its escapes are not decoded: `refused_functions` refuses it). SQLite also quotes identifiers with
+    `[...]` and backticks; in PostgreSQL `[` is a subscript. Raises SQLRefused on an unterminated literal."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    sqlite = dialect == "sqlite"
+    while i < n:
+        c = sql[i]
+        if c.isspace():
+            i += 1
+        elif c == "'":
+            i = _quoted_end(sql, i, "'")
+            out.append("'")
+        elif c == '"':
+            j = _quoted_end(sql, i, '"')
+            out.append('"' + sql[i + 1 : j - 1].replace('""', '"').lower())
+            i = j
+        elif sqlite and c == "[":
+            j = sql.find("]", i + 1)
+            if j < 0:
+                raise SQLRefused("unterminated [identifier]")
+            out.append('"' + sql[i + 1 : j].lower())
+            i = j + 1
+        elif sqlite and c == "`":
+            j = _quoted_end(sql, i, "`")
+            out.append('"' + sql[i + 1 : j - 1].replace("``", "`").lower())
+            i = j
+        elif c in "uU" and sql.startswith('&"', i + 1):
+            j = _quoted_end(sql, i + 2, '"')
+            out.append('u&"' + sql[i + 3 : j - 1])
+            i = j
+        elif c in "eExXbBnN" and i + 1 < n and sql[i + 1] == "'":  # E'...', X'...', B'...', N'...'
+            i = _quoted_end(sql, i + 1, "'", backslash=c in "eE" and not sqlite)
+            out.append("'")
+        elif _ident_start(c):
+            m = _WORD.match(sql, i)
+            out.append(m.group(0).lower())
+            i = m.end()
+        elif c.isdigit() or (c == "." and i + 1 < n and sql[i + 1].isdigit()):
+            m = _NUMBER.match(sql, i)
+            out.append("0")
+            i = m.end() if m else i + 1
+        elif c == "-" and sql.startswith("--", i):
+            j = i + 2
+            while j < n and sql[j] not in "\r\n":
+                j += 1
+            i = j
+        elif c == "/" and sql.startswith("/*", i):
+            if sqlite:  # SQLite's block comments do not nest, and may run to the end of the text
+                j = sql.find("*/", i + 2)
+                j = n if j < 0 else j + 2
+            else:
+                depth, j = 1, -1
+                for m in _COMMENT_MARK.finditer(sql, i + 2):
+                    depth += 1 if m.group(0) == "/*" else -1
+                    if depth == 0:
+                        j = m.end()
+                        break
+                if j < 0:
+                    raise SQLRefused("unterminated /* comment")
+            i = j
+        elif c == "$" and not sqlite and (m := _DOLLAR.match(sql, i)):
+            tag = m.group(0)
+            j = sql.find(tag, m.end())
+            if j < 0:
+                raise SQLRefused("unterminated dollar-quoted string")
+            out.append("'")
+            i = j + len(tag)
+        else:
+            out.append(c)
+            i += 1
+    return out
+
+
+# PostgreSQL functions a session role may not call (the reviewed list of docs/security.md): each reaches beyond the
+# session's own database, or changes what the server enforces per call. The server also revokes EXECUTE on them from
+# PUBLIC in the session databases when its admin may (a superuser); this text check is the first gate, and the only
+# one when it may not.
+PG_REFUSED_FUNCTIONS: dict[str, str] = {}
+for _names, _why in (
+    ("set_config", "it changes session settings (the time limit, the role)"),
+    (("pg_advisory_lock pg_advisory_lock_shared pg_advisory_xact_lock pg_advisory_xact_lock_shared pg_try_advisory_lock "
+      "pg_try_advisory_lock_shared pg_try_advisory_xact_lock pg_try_advisory_xact_lock_shared pg_advisory_unlock "
+      "pg_advisory_unlock_shared pg_advisory_unlock_all"),
+     "advisory locks live in PostgreSQL's lock table, shared by every session and database"),
+    (("lo_open lo_close loread lowrite lo_lseek lo_lseek64 lo_tell lo_tell64 lo_truncate lo_truncate64 lo_creat "
+      "lo_create lo_unlink lo_import lo_export lo_from_bytea lo_put lo_get"),
+     "large objects live outside the tables (and are written even in a read-only transaction)"),
+    ("pg_notify", "notifications go through a queue shared by the whole cluster"),
+    ("pg_logical_emit_message", "it writes to the write-ahead log"),
+    ("pg_cancel_backend pg_terminate_backend", "it signals server processes"),
+    ("query_to_xml query_to_xmlschema query_to_xml_and_xmlschema cursor_to_xml cursor_to_xmlschema ts_stat",
+     "it runs SQL given as text, which these checks cannot see"),
+):
+    for _n in _names.split():
+        PG_REFUSED_FUNCTIONS[_n] = _why
+
+
+def name(tok: str) -> str:
+    """The name a token of `tokens()` spells: a quoted identifier without its mark, anything else as it is."""
+    return tok[1:] if tok[:1] == '"' else tok
+
+
+def is_name(tok: str) -> bool:
+    """Whether a token of `tokens()` is an identifier or keyword (quoted or not)."""
+    return tok[:1] == '"' or _ident_start(tok[:1])
+
+
+def refused_functions(stmt: str) -> None:
+    """Refuse a PostgreSQL statement that names a function of `PG_REFUSED_FUNCTIONS` (as any identifier, quoted or
+    schema-qualified) or uses a Unicode-escaped identifier (`U&"..."`, which could spell one)."""
+    for tok in tokens(stmt, "postgresql"):
+        if tok.startswith('u&"'):
+            raise SQLRefused('Unicode-escaped identifiers (U&"...") are not allowed')
+        why = PG_REFUSED_FUNCTIONS.get(name(tok))
+        if why:
+            raise SQLRefused(f"function {name(tok)}() is not allowed: {why}")
+
+
+def _cte_bodies(toks: list[str]) -> dict[str, tuple[int, int]]:
+    """`name [(cols)] AS [NOT] [MATERIALIZED] ( body )` anywhere in the tokens: name -> (start, end) of the body (the
+    tokens inside the parentheses). Also matches `WINDOW w AS (...)`, which only over-counts. A name defined twice
+    keeps its longer body."""
+    defs: dict[str, tuple[int, int]] = {}
+    n = len(toks)
+    for i, t in enumerate(toks):
+        if t != "as" or i == 0:
+            continue
+        j = i - 1
+        if toks[j] == ")":  # a column list: back to its "("
+            depth = 0
+            while j >= 0:
+                depth += toks[j] == ")"
+                depth -= toks[j] == "("
+                if depth == 0:
+                    break
+                j -= 1
+            j -= 1
+        if j < 0 or not is_name(toks[j]):
+            continue
+        cte = name(toks[j])
+        k = i + 1
+        if k < n and toks[k] == "not":
+            k += 1
+        if k < n and toks[k] == "materialized":
+            k += 1
+        if k >= n or toks[k] != "(":
+            continue
+        depth, m = 0, k
+        while m < n:
+            depth += toks[m] == "("
+            depth -= toks[m] == ")"
+            if depth == 0:
+                break
+            m += 1
+        start, end = k + 1, m
+        if cte not in defs or end - start > defs[cte][1] - defs[cte][0]:
+            defs[cte] = (start, end)
+    return defs
+
+
+def expanded_size(stmt: str, views: dict[str, str], dialect: str = "sqlite", limit: int = 10**9) -> int:
+    """An upper estimate of how many tokens a query compiler copies into the statement when it replaces every
+    reference to a common table expression or a view by its definition (SQLite does this while it *prepares* a
+    statement, where no time limit is checked: 18 CTEs each naming the previous one twice took 46 s and 383 MB).
+    Each reference counts its body's size with the body's own references expanded; a body's references to itself
+    (recursive CTEs, iterated rather than copied) count once. The statement's own text does not count (its size has
+    a limit of its own). Stops counting past `limit`. `views`: view name (lowercase) -> its CREATE VIEW text."""
+    memo: dict[tuple[str, str], int] = {}
+
+    def size_of(toks: list[str], start: int, end: int, defs: dict[str, tuple[int, int]], scope: str,
+                stack: tuple, stop: int = limit) -> int:
+        total = end - start
+        for tok in toks[start:end]:
+            if total > stop:
+                return total
+            if not is_name(tok):
+                continue
+            t = name(tok)
+            if t in defs and ("cte", scope, t) not in stack:
+                key = (scope, t)
+                if key not in memo:
+                    s, e = defs[t]
+                    memo[key] = size_of(toks, s, e, defs, scope, (*stack, ("cte", scope, t)))
+                total += memo[key]
+            elif t in views and ("view", t) not in stack:
+                key = ("view", t)
+                if key not in memo:
+                    vt = tokens(views[t], dialect)
+                    memo[key] = size_of(vt, 0, len(vt), _cte_bodies(vt), "view:" + t, (*stack, ("view", t)))
+                total += memo[key]
+        return total
+
+    toks = tokens(stmt, dialect)
+    try:
+        return size_of(toks, 0, len(toks), _cte_bodies(toks), "", (), limit + len(toks)) - len(toks)
+    except RecursionError:
+        return limit + 1

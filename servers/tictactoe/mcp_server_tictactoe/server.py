@@ -8,7 +8,10 @@ Errors are raised as `ToolError`, so the client gets the message as an error res
 Tools are `async def` on purpose: they are CPU-trivial, and MCPServer runs sync tools in a worker thread
 (a thread hand-off per call that costs more than the game logic).
 Games live in one table keyed by an unguessable id, so many clients (or rollouts) can share one server process
-without seeing each other's games. The table is bounded (oldest games evicted first).
+without seeing each other's games. The table is bounded: at most `max_games` games, and `max_client_games` per client
+(the MCP transport session that started them; clients without one share a quota). Room for a new game comes from the
+least recently used game *not in use* (no call within `idle_s`; the client's own first when it is at its quota); when
+every candidate is in use the new game is refused. Only the client that started a game may end it.
 """
 
 from __future__ import annotations
@@ -16,18 +19,20 @@ from __future__ import annotations
 import inspect
 import random
 import secrets
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from mcp_server_tictactoe import game as g
 
 MAX_GAMES = 100_000
+IDLE_S = 300.0  # a game with a call this recent is in use: never evicted for room
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Tool parameters: types plus the description every MCP client shows (schemas are derived from these signatures).
@@ -59,6 +64,8 @@ class Game:
     board: str = g.EMPTY * 9
     moves: list[tuple[str, int]] = field(default_factory=list)
     invalid_moves: int = 0
+    client: Hashable | None = None  # who started it (`client_key`)
+    last_used: float = 0.0
 
     @property
     def status(self) -> str:
@@ -91,8 +98,11 @@ class Game:
 def parse_position(board: str) -> str:
     """Validate a position given as 9 cells (X, O, or '.'/'-'/'_'/space/digit for empty; separators '|', '/',
     newlines ignored) with X to move. Returns the 9-character board with '.' for empty cells."""
+    if len(board) > 200:
+        raise ToolError(f"board too long: {len(board)} characters (a board is 9 cells, at most 200 characters with "
+                        "separators)")
     cells = [c for c in board.upper() if c not in "|/\n\r\t,+"]
-    if len(board) > 200 or len(cells) != 9:
+    if len(cells) != 9:
         raise ToolError(f"a board has 9 cells (X, O or . for empty), got {len(cells)}: {board[:60]!r}")
     out = "".join(c if c in "XO" else g.EMPTY for c in cells)
     bad = [c for c in cells if c not in "XO.-_ 012345678"]
@@ -106,15 +116,54 @@ def parse_position(board: str) -> str:
     return out
 
 
+def client_key(ctx: Context | None) -> Hashable | None:
+    """Who is calling: the MCP transport session (an HTTP session id, or the connection on the handshake-era
+    protocol), or None when the transport has none (the 2026 protocol is sessionless; such clients share a quota)."""
+    session = getattr(ctx, "session", None) if ctx is not None else None
+    conn = getattr(session, "_connection", None)
+    if conn is None:
+        return None
+    if getattr(conn, "session_id", None):
+        return ("http-session", conn.session_id)
+    if str(getattr(conn, "protocol_version", "")) < "2026":
+        return ("connection", id(conn))
+    return None
+
+
 class GameTable:
-    """All games of one server process."""
+    """All games of one server process (see the module docstring for the quotas)."""
 
-    def __init__(self, max_games: int = MAX_GAMES) -> None:
-        self.games: OrderedDict[str, Game] = OrderedDict()
+    def __init__(self, max_games: int = MAX_GAMES, max_client_games: int | None = None, idle_s: float = IDLE_S) -> None:
+        self.games: OrderedDict[str, Game] = OrderedDict()  # least recently used first
         self.max_games = max_games
+        self.max_client_games = max_client_games or max(1, max_games // 2)
+        self.idle_s = idle_s
+        self.evicted = 0
 
-    def new(self, seed: int, x_starts: bool | None, random_move_prob: float, board: str | None = None
-            ) -> tuple[str, Game]:
+    def _make_room(self, client: Hashable | None) -> None:
+        now = time.monotonic()
+
+        def idle(game: Game) -> bool:
+            return now - game.last_used >= self.idle_s
+
+        mine = sum(1 for gm in self.games.values() if gm.client == client)
+        if mine >= self.max_client_games:
+            victim = next((k for k, gm in self.games.items() if gm.client == client and idle(gm)), None)
+            if victim is None:
+                raise ToolError(f"this client has {mine} games in play, the most one client may hold "
+                                f"({self.max_client_games}); end one with end_game")
+            del self.games[victim]
+            self.evicted += 1
+        while len(self.games) >= self.max_games:
+            victim = next((k for k, gm in self.games.items() if idle(gm)), None)
+            if victim is None:
+                raise ToolError(f"the server holds its most games ({self.max_games}) and every one is in use "
+                                f"(a call within {self.idle_s:g} s); try again later")
+            del self.games[victim]
+            self.evicted += 1
+
+    def new(self, seed: int, x_starts: bool | None, random_move_prob: float, board: str | None = None,
+            client: Hashable | None = None) -> tuple[str, Game]:
         if not 0.0 <= random_move_prob <= 1.0:
             raise ToolError(f"random_move_prob must be in [0, 1], got {random_move_prob}")
         if board is not None:
@@ -127,31 +176,42 @@ class GameTable:
             game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts)
             if not x_starts:
                 game.opponent_reply()
+        self._make_room(client)
+        game.client, game.last_used = client, time.monotonic()
         game_id = secrets.token_hex(8)
         self.games[game_id] = game
-        while len(self.games) > self.max_games:
-            self.games.popitem(last=False)
         return game_id, game
 
     def get(self, game_id: str) -> Game:
         game = self.games.get(game_id)
         if game is None:
             raise ToolError(f"unknown game_id {game_id!r}: start a game with new_game first")
+        game.last_used = time.monotonic()
+        self.games.move_to_end(game_id)
         return game
 
+    def end(self, game_id: str, client: Hashable | None = None) -> None:
+        game = self.games.get(game_id)
+        if game is None:
+            return
+        if game.client != client:
+            raise ToolError("this game was started by another client; only that client may end it")
+        del self.games[game_id]
 
-def build_server(max_games: int = MAX_GAMES) -> MCPServer:
+
+def build_server(max_games: int = MAX_GAMES, max_client_games: int | None = None, idle_s: float = IDLE_S
+                 ) -> MCPServer:
     """Build a server instance with its own game table (usable in-process or run over any transport)."""
     srv = MCPServer("tictactoe", instructions="Play tic-tac-toe as X. Cells are numbered 0-8, row by row.",
                     log_level="WARNING")  # per-request INFO lines through rich cost ~30 % of a call's CPU
-    table = GameTable(max_games)
+    table = GameTable(max_games, max_client_games, idle_s)
 
     @_tool(srv)
-    async def new_game(seed: Seed, x_starts: XStarts = None, random_move_prob: RandomMoveProb = 0.0,
+    async def new_game(seed: Seed, ctx: Context, x_starts: XStarts = None, random_move_prob: RandomMoveProb = 0.0,
                        board: StartBoard = None) -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
         Returns the game id, who starts and the board."""
-        game_id, game = table.new(seed, x_starts, random_move_prob, board)
+        game_id, game = table.new(seed, x_starts, random_move_prob, board, client_key(ctx))
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
     @_tool(srv)
@@ -194,9 +254,9 @@ def build_server(max_games: int = MAX_GAMES) -> MCPServer:
         }
 
     @_tool(srv)
-    async def end_game(game_id: GameId) -> str:
+    async def end_game(game_id: GameId, ctx: Context) -> str:
         """Forget a game and free its memory."""
-        table.games.pop(game_id, None)
+        table.end(game_id, client_key(ctx))
         return "ok"
 
     srv.games = table  # type: ignore[attr-defined]  # for tests and in-process inspection
