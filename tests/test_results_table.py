@@ -40,8 +40,14 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     mod = _table_module()
     assert mod.models(tmp_path) == ["minimax", "random"]
     mod.main([str(tmp_path)])
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in capsys.readouterr().out.splitlines() if line.startswith("| minimax") or line.startswith("| random")}
+    printed = capsys.readouterr().out
+    tables = printed.split("\n\n")
+
+    def rows_of(table: str) -> dict[str, list[str]]:
+        return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+                for line in table.splitlines() if line.startswith("| ")}
+
+    rows = rows_of(tables[0])
     best, rand = rows["minimax"], rows["random"]
     assert best[0].startswith("100.0 (") and best[1].startswith("100.0 (")  # held-out optimal, legal
     assert best[2] == best[3] == "-"  # no whole-set eval in this folder
@@ -49,3 +55,8 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert loss == 0.0 and abs(w + d + loss - 100.0) < 0.2
     assert best[6].startswith("100.0 (")  # every call valid
     assert float(re.match(r"[\d.]+", rand[0]).group()) < 80.0  # a random mover is seldom optimal
+    # the games table with intervals, and the shortcut ceilings beside it (exact: copy-else-random loses 47.0 %)
+    games = rows_of(tables[1])
+    assert games["minimax"][5].startswith("0.0 (0.0-") and games["minimax"][6].startswith("100.0 (")
+    assert games["shortcut `copy` (exact)"][3:6] == ["0.0", "53.0", "47.0"]
+    assert set(games) >= {"minimax", "random", *(f"shortcut `{s}` (exact)" for s in ("random", "first-free", "copy"))}

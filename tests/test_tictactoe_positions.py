@@ -238,3 +238,33 @@ def test_recipe_focus_data_weights_quiet_rows_and_refuses_heldout() -> None:
     held = [{"task": t} for t in TicTacToeEnv(task="move", split="heldout").build_dataset(3)]
     with pytest.raises(SystemExit):
         mod.build(rows + held, games, draws)
+
+
+def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:
+    """A scripted game through the server: `positions_shown` lists the positions X had to move in, in order, once
+    each; the `mistakes="quiet"` teacher takes every win and block and plays at random only where nothing is
+    forced."""
+    from toolgym_tictactoe import forced_move, imperfect_player, positions_shown
+
+    env = TicTacToeEnv(transport="inprocess", min_random_move_prob=0.5, max_random_move_prob=0.5)
+    pol = imperfect_player(env, mistake_prob=1.0, mistakes="quiet", seed=3, think="track")
+    async def play():  # type: ignore[no-untyped-def]
+        try:
+            return await evaluate(env, pol, env.build_dataset(12, seed=5), concurrency=4)
+        finally:
+            await env.aclose()
+
+    trajs, _ = asyncio.run(play())
+    forced_turns = 0
+    for t in trajs:
+        shown = positions_shown(t.messages)
+        assert shown and len(shown) == len(set(shown)) and all(P.analyze(b) for b in shown)
+        assert len(shown) == sum(1 for c in t.calls if c.exec_ok)  # one position per move the player made
+        for board, call in zip(shown, t.calls, strict=True):
+            cell = json.loads(call.arguments) if isinstance(call.arguments, str) else call.arguments
+            if forced_move(board) is not None:
+                forced_turns += 1
+                assert cell["position"] == forced_move(board)
+    assert forced_turns > 0
+    with pytest.raises(ValueError, match="mistakes"):
+        imperfect_player(env, mistakes="sometimes")

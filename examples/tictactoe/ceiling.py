@@ -10,7 +10,9 @@ starts is a coin flip, as in the env's dataset. Players (X):
 - `best-safe`: among the minimax-best moves (so it never loses to the optimal opponent), the one with the highest
   expected reward against this opponent: the most a model trained from the teacher can reach without giving up a
   draw against perfect play.
-All take an immediate win, else block, as the teacher's verdict does.
+All take an immediate win, else block, as the teacher's verdict does. Below them, the shortcut players of
+`toolgym_tictactoe.shortcuts` (random, first free cell, copy the cell the scan names else random / first free /
+centre-corner-edge): what a model scores that learnt a trick instead of the game.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from functools import lru_cache
 
 from mcp_server_tictactoe import game as g
 from toolgym_tictactoe import explain_best_move, forced_move
+from toolgym_tictactoe.shortcuts import SHORTCUTS, game_outcome
 
 Outcome = tuple[float, float, float]  # P(win), P(draw), P(loss) for X
 PLAYERS = ("teacher", "teacher-random", "best-safe")
@@ -79,6 +82,9 @@ def main() -> None:
     for p in args.random_move_prob:
         for player in PLAYERS:
             w, d, lo = exact_outcome(player, p)
+            print(f"{player:<15} {p:>9.2f}  {100 * w:6.1f}  {100 * d:6.1f}  {100 * lo:6.1f}  {_score((w, d, lo)):6.3f}")
+        for player in SHORTCUTS:
+            w, d, lo = game_outcome(player, p)
             print(f"{player:<15} {p:>9.2f}  {100 * w:6.1f}  {100 * d:6.1f}  {100 * lo:6.1f}  {_score((w, d, lo)):6.3f}")
 
 

@@ -1,6 +1,7 @@
 """Markdown tables of the tic-tac-toe recipe from its eval folders (`runs/tictactoe/eval/<model>-<what>/summary.json`,
 written by `run.sh`): position accuracy with 95 % Wilson intervals, game results over both eval seeds pooled, valid
-tool calls.
+tool calls; games with intervals beside the shortcut players' exact ceilings (copy the named cell, random, first
+free cell...).
 
     python examples/tictactoe/results_table.py [runs/tictactoe] [MODEL ...]
 
@@ -65,6 +66,8 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
     folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
     if not all(f.is_dir() for f in folders):
         folders = [root / "eval" / f"{model}-games200-{opponent}"]
+        if (root / "eval" / f"{model}-games200b-{opponent}").is_dir():  # a second fresh seed (run.sh forced-default)
+            folders.append(root / "eval" / f"{model}-games200b-{opponent}")
     for folder in folders:
         s = _load(folder)
         if s is None:
@@ -82,7 +85,7 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
 def models(root: Path) -> list[str]:
     seen: dict[str, float] = {}
     for d in (root / "eval").glob("*"):
-        for marker in ("-positions-", "-games-"):
+        for marker in ("-positions-", "-games-", "-games200-"):
             if marker in d.name:
                 name = d.name.split(marker)[0]
                 seen[name] = min(seen.get(name, math.inf), d.stat().st_mtime)
@@ -147,10 +150,58 @@ def quiet(root: Path, names: list[str]) -> str:
     return "\n".join(out)
 
 
+def quiet_counts(root: Path, name: str) -> tuple[float, int] | None:
+    """(value-keeping moves, n) over every quiet position: from `<model>-positions-quiet` (run.sh forced) or the
+    quiet rows of the whole-set eval."""
+    s = _load(root / "eval" / f"{name}-positions-quiet")
+    if s is not None:
+        return _stat(s, "optimal")
+    s = _load(root / "eval" / f"{name}-positions-all")
+    row = s.get("by", {}).get("kind", {}).get("quiet") if s else None
+    return (row["optimal"]["mean"] * row["optimal"]["n"], row["optimal"]["n"]) if row else None
+
+
+def games_ci(root: Path, names: list[str]) -> str:
+    """Games with 95 % Wilson intervals (win and loss rates) per opponent, valid calls and every quiet position,
+    then the shortcut players' exact ceilings on the same evals (`toolgym_tictactoe.shortcuts`): a result at or
+    under a ceiling is no evidence of play."""
+    from toolgym_tictactoe import positions as P
+    from toolgym_tictactoe.shortcuts import SHORTCUTS, game_outcome, position_scores
+
+    out = ["| player | vs random: W % | D % | L % | vs optimal: W % | D % | L % | valid calls % | quiet positions: "
+           "optimal % |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        cells: list[str] = []
+        calls = valid = 0.0
+        for opp in ("random", "optimal"):
+            g = games(root, name, opp)
+            if g is None or not g["n"]:
+                cells += ["-"] * 3
+                continue
+            n = int(g["n"])
+            cells += [rate(g["win"], n), f"{100 * g['draw'] / n:.1f}", rate(g["loss"], n)]
+            calls += g["calls"]
+            valid += g["valid"]
+        q = quiet_counts(root, name)
+        cells += [rate(valid, int(calls)) if calls else "-", rate(*q) if q else "-"]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    quiet_boards = [b for b in P.positions("all") if P.analyze(b).kind == "quiet"]
+    for sc in SHORTCUTS:
+        cells = []
+        for p in (1.0, 0.0):
+            w, d, lo = game_outcome(sc, p)
+            cells += [f"{100 * w:.1f}", f"{100 * d:.1f}", f"{100 * lo:.1f}"]
+        cells += ["100", f"{100 * position_scores(sc, quiet_boards)['optimal']:.1f}"]
+        out.append(f"| shortcut `{sc}` (exact) | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> None:
     root = Path(argv[0]) if argv else Path("runs/tictactoe")
     names = argv[1:] or models(root)
     print(table(root, names))
+    print()
+    print(games_ci(root, names))
     print()
     print(quiet(root, names))
     for name in names:

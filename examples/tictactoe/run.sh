@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -21,6 +21,13 @@
 #           (reader_sft.toml), then GRPO per loss (reader_grpo.toml), held-out evals and 200 games per opponent
 #   nothink the same story without a think text (teacher think=none: "I play N."): SFT on 200 / 1,000 positions +
 #           200 games (nothink_sft.toml), GRPO from the 200 start (nothink_grpo.toml), held-out evals
+# RL on full games (issue 32: the seed's curve at CPU scale; forced_sft.toml, forced_grpo.toml):
+#   forced  a start that takes wins and blocks but plays every other move at random (scripted:imperfect,
+#           mistakes=quiet), then GRPO on whole games vs the minimax opponent annealed from random to optimal with
+#           each of LOSSES="cispo grpo dr_grpo", 200 games per opponent on seed 2718, quiet positions split by
+#           whether the RL games visited them (discovery.py), the curve (forced_curve.py)
+#   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
+#           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
 set -euo pipefail
 R=runs/tictactoe
@@ -49,6 +56,13 @@ rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 g
     toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
       -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
   done
+}
+quiet() {  # quiet NAME MODEL_DIR: every quiet position (467: no win, no threat, some move loses the value), greedy
+  toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
+    -a kinds=quiet -o "$R/eval/$1-positions-quiet" --resume
+}
+long() {  # long CMD...: a long CPU job, one at a time on the shared machine (flock on LOCK, if flock is installed)
+  if command -v flock >/dev/null; then flock "${LOCK:-/tmp/toolgym-cpu-long.lock}" "$@"; else "$@"; fi
 }
 timed() {  # timed NAME CMD...: run and record the wall time of a phase in $R/times.txt
   local t0=$SECONDS
@@ -148,7 +162,45 @@ case "${1:-}" in
     done
     timed nothink-grpo toolgym train $X/nothink_grpo.toml
     positions nothink-grpo $N/grpo/final heldout ;;
+  forced-data)  # the teacher rows of the forced start (also used by gpu.sh nohub)
+    N=$R/forced
+    mkdir -p $N
+    FT=(--teacher scripted:imperfect --teacher-arg mistake_prob=1.0 --teacher-arg mistakes=quiet
+        --teacher-arg think=track --teacher-arg tie_break=exploit -a transport=inprocess)
+    toolgym synth tictactoe "${FT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
+    toolgym synth tictactoe "${FT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 600 \
+      --drop-if heldout_visits --require-valid -o $N/games.jsonl ;;
+  forced)
+    N=$R/forced
+    bash $X/run.sh forced-data
+    toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $N/positions.jsonl --corpus-file $N/games.jsonl
+    timed forced-sft long toolgym sft $X/forced_sft.toml
+    rl_evals forced-sft $N/sft/final 2718 && quiet forced-sft $N/sft/final
+    for loss in ${LOSSES:-cispo grpo dr_grpo}; do
+      timed forced-$loss long toolgym train $X/forced_grpo.toml -s loss_type=$loss -s output_dir=$N/$loss
+      rl_evals forced-$loss $N/$loss/final 2718 && quiet forced-$loss $N/$loss/final
+      python $X/discovery.py $N/$loss forced-sft=$R/eval/forced-sft-positions-quiet \
+        forced-$loss=$R/eval/forced-$loss-positions-quiet --json $N/discovery-$loss.json
+    done
+    python $X/forced_curve.py $R $N/cispo $N/grpo $N/dr_grpo -o $X/forced_curves.png
+    python $X/results_table.py $R forced-sft ${LOSSES:-forced-cispo forced-grpo forced-dr_grpo} ;;
+  forced-default)
+    N=$R/forced-default
+    D=envs/tictactoe/toolgym_tictactoe/checkpoint
+    timed forced-default long toolgym train $X/forced_grpo.toml -s model=$D -s output_dir=$N/cispo
+    for m in default:$D forced-default:$N/cispo/final; do
+      name=${m%%:*}; dir=${m#*:}
+      positions "$name" "$dir" all
+      rl_evals "$name" "$dir" 2718
+      for opp in random optimal; do
+        if [ $opp = random ]; then p=1.0; else p=0.0; fi
+        toolgym eval tictactoe -m "hf:$dir" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 -a transport=inprocess \
+          -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$name-games200b-$opp" --resume
+      done
+      quiet "$name" "$dir"
+    done
+    python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-default|table"; exit 2 ;;
 esac

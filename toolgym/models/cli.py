@@ -18,7 +18,7 @@ def _group() -> None:
 def init_tiny_cmd(
     out: Path = typer.Option(..., "--out", help="Directory to write the model + tokenizer to."),
     size: str = typer.Option("tiny", "--size", help="tiny (hidden 64, 2 layers) | small (128, 3) | medium (192, 4) "
-                             "| base (256, 4)."),
+                             "| base (256, 4) | large (512, 8: ~30M, for a GPU)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the corpus, tokenizer and weights (deterministic)."),
     vocab_size: int = typer.Option(2048, "--vocab-size", help="Upper bound on the BPE vocabulary."),
     corpus: list[str] = typer.Option(["chatml", "tictactoe"], "--corpus", help="Corpus sources (repeatable)."),

@@ -86,6 +86,8 @@ SIZES: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512),
     "medium": dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, intermediate_size=768),
     "base": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024),
+    # ~30M parameters: the no-hub GPU variant of the tic-tac-toe recipe (examples/tictactoe/gpu.sh nohub)
+    "large": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, intermediate_size=2048),
 }
 
 CorpusFn = Callable[[random.Random], Iterable[str]]

@@ -53,6 +53,15 @@ class ModelTrainConfig(BaseModel):
         default_factory=list, description="Extra metric sinks besides metrics.jsonl.")
 
 
+class TaskPhase(BaseModel):
+    """One phase of a task schedule: from `from_step` on, the task pool is rebuilt with these env arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+    from_step: int = Field(..., ge=0, description="First step (0-based) of this phase.")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="Overrides of the run's env_args for the pool "
+        "of this phase (e.g. the opponent's random-move range).")
+
+
 class GRPOConfig(ModelTrainConfig):
     """`toolgym train CONFIG`: the GRPO loop."""
 
@@ -100,6 +109,14 @@ class GRPOConfig(ModelTrainConfig):
         "sync_dir (default OUTPUT/weights_sync).")
     sync_weights: bool = Field(True, description="vllm engine: push the trainer's weights after each step (False "
         "only to measure the drift of a stale sampler).")
+    task_schedule: list[TaskPhase] = Field(default_factory=list, description="A curriculum: phases, each "
+        "rebuilding the task pool from its from_step on with env_args overrides (seeded by dataset_seed + phase "
+        "number), e.g. an opponent whose random-move probability is annealed from high to 0. Only the task rows "
+        "change: the rollouts still run through the run's env, so the phase's arguments must be ones the env puts "
+        "into its task rows (tic-tac-toe: min/max_random_move_prob, num_groups, starts).")
+    save_rollouts: bool = Field(False, description="Append every rollout of every step (task, messages, calls, "
+        "rewards, metrics; no tokens) to OUTPUT/rollouts.jsonl.gz, one gzip member per step: what the run's games "
+        "visited, for analyses after training.")
     eval_every: int = Field(0, ge=0, description="Every N steps run a greedy eval on eval_examples fresh tasks (0 = off).")
     eval_examples: int = Field(32, ge=1, description="Tasks per periodic eval.")
     eval_env_args: dict[str, Any] = Field(default_factory=dict, description="Env argument overrides for periodic evals.")
@@ -110,6 +127,9 @@ class GRPOConfig(ModelTrainConfig):
             self.epsilon_high = 0.28 if self.loss_type == "dapo" else self.epsilon
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) > max_steps ({self.max_steps})")
+        starts = [p.from_step for p in self.task_schedule]
+        if starts and (starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:], strict=False))):
+            raise ValueError(f"task_schedule: from_step must start at 0 and increase (got {starts})")
         if self.engine_args:  # checked by name like --model-arg: a misspelled one fails here, not silently
             from toolgym.policies.base import check_policy_options
 

@@ -149,7 +149,10 @@ class GRPOTrainer:
         if env is None:  # fails fast on bad env args (the periodic evals' too), before any model is loaded
             from toolgym.registry import check_env_args
 
-            for field, args in (("env_args", cfg.env_args), ("eval_env_args", {**cfg.env_args, **cfg.eval_env_args})):
+            checks = [("env_args", cfg.env_args), ("eval_env_args", {**cfg.env_args, **cfg.eval_env_args})]
+            checks += [(f"task_schedule[{k}].env_args", {**cfg.env_args, **p.env_args})
+                       for k, p in enumerate(cfg.task_schedule)]
+            for field, args in checks:
                 try:
                     check_env_args(cfg.env, args)
                 except ValueError as exc:
@@ -158,6 +161,7 @@ class GRPOTrainer:
 
         check_model_source(str(cfg.model))  # a missing folder is named before the env starts or the run folder is made
         self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)
+        self.phase = -1  # the task_schedule phase self.tasks was built for (-1: no schedule)
         self.tasks = self.env.build_dataset(cfg.num_examples, seed=cfg.dataset_seed)
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
         out = cfg.output_dir
@@ -248,10 +252,27 @@ class GRPOTrainer:
                 shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------ rollouts
+    def schedule_tasks(self, step: int) -> None:
+        """With a `task_schedule`: (re)build the task pool of the phase `step` falls in, from an env loaded with the
+        phase's env_args (its dataset only; the rollouts keep the run's env), seeded by dataset_seed + phase."""
+        from toolgym.registry import load_env
+
+        cfg = self.cfg
+        if not cfg.task_schedule:
+            return
+        k = max(i for i, p in enumerate(cfg.task_schedule) if p.from_step <= step)
+        if k == self.phase:
+            return
+        builder = load_env(cfg.env, **{**cfg.env_args, **cfg.task_schedule[k].env_args})
+        self.tasks = builder.build_dataset(cfg.num_examples, seed=cfg.dataset_seed + k)
+        self.num_groups = int(getattr(builder, "num_groups", 1) or 1)
+        self.phase = k
+
     async def rollouts(self, step: int) -> list[Trajectory]:
         from toolgym.rollout import run_rollouts
 
         cfg = self.cfg
+        self.schedule_tasks(step)
         ex = step_examples(step, cfg.batch_size, len(self.tasks), self.num_groups, cfg.dataset_seed + cfg.seed)
         jobs = [(i, r, self.tasks[i]) for i in ex for r in range(cfg.rollouts_per_example)]
         self.policy.seed = cfg.seed * 1_000_003 + step  # sampling is a function of (seed, step, job): resumable
@@ -304,7 +325,11 @@ class GRPOTrainer:
     def micro_batches(self, sampled: list[TokenTrace], adv: Any) -> tuple[list[MicroBatch], float]:
         """The step's sequences cut into micro-batches of padded tensors, each token weighted with the whole step's
         normalisers (`token_weights`: accumulating the micro-batches' gradients gives the one-batch gradient);
-        also the number of sequences cut at max_seq_len."""
+        also the number of sequences cut at max_seq_len. Sequences are grouped by length (longest first), so a
+        micro-batch pads little: whole games of 900-2,000 tokens in one step otherwise pad each micro-batch to its
+        longest game."""
+        order = sorted(range(len(sampled)), key=lambda i: -len(sampled[i]))
+        sampled, adv = [sampled[i] for i in order], adv[order]
         cfg, n_seqs = self.cfg, len(sampled)
         pg = sampled  # the policy gradient's tokens: every sampled token, or each turn's answer only
         if cfg.pg_tokens == "answer":
@@ -398,6 +423,8 @@ class GRPOTrainer:
                 t0 = time.perf_counter()
                 self.policy.queue.reset_stats()  # (vllm-server: the server batches; stats stay 0)
                 trajs = await self.rollouts(self.step)
+                if cfg.save_rollouts:
+                    self.save_rollouts(self.step + 1, trajs)
                 t1 = time.perf_counter()
                 gen = self.policy.queue.stats()
                 st = self.update(trajs)  # ... optimizer step, then the sampler's sync
@@ -408,6 +435,8 @@ class GRPOTrainer:
                        "rollout_s": t1 - t0, "train_s": t2 - t1 - sync_s,
                        "gen_tokens_per_s": gen["generated_tokens"] / max(gen["generate_s"], 1e-9),
                        "gen_mean_batch": gen.get("mean_decode_rows") or gen["mean_batch_size"], "sync_s": sync_s}
+                if cfg.task_schedule:
+                    rec["phase"] = self.phase
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0
@@ -426,6 +455,21 @@ class GRPOTrainer:
             await self.env.aclose()
         save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
         return last
+
+    def save_rollouts(self, step: int, trajs: list[Trajectory]) -> None:
+        """Append the step's rollouts (no tokens, no per-turn records) as one gzip member of rollouts.jsonl.gz. A
+        resumed run appends the replayed step again: readers keep the last record of each (step, example, rollout)."""
+        import gzip
+        import json
+
+        lines = []
+        for t in trajs:
+            d = t.to_dict()
+            d.pop("tokens", None)
+            d.pop("turns", None)
+            lines.append(json.dumps({"step": step, **d}, default=str))
+        with gzip.open(self.cfg.output_dir / "rollouts.jsonl.gz", "at") as f:
+            f.write("\n".join(lines) + "\n")
 
     async def periodic_eval(self) -> dict[str, float]:
         from toolgym.policies.hf import HFPolicy

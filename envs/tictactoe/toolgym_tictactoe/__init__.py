@@ -89,6 +89,25 @@ def board_from_messages(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def positions_shown(messages: list[dict[str, Any]]) -> list[str]:
+    """The positions with X to move that a game's user and tool messages showed the player, in order, each once:
+    where it had to choose a move (the start, then the board after each opponent reply). What an RL run's games
+    visited (`GRPOConfig.save_rollouts`)."""
+    out: list[str] = []
+    for m in messages:
+        if m.get("role") not in ("tool", "user") or not isinstance(m.get("content"), str):
+            continue
+        b = parse_board(m["content"])
+        if b is None or b in out:
+            continue
+        try:
+            P.analyze(b)
+        except ValueError:  # a finished game, or not X's turn
+            continue
+        out.append(b)
+    return out
+
+
 class TicTacToeEnv(StatefulToolEnv):
     name = "tictactoe"
     server = ServerSpec.stdio(["mcp-server-tictactoe"])
@@ -676,14 +695,24 @@ def explain_best_move(board: str, tie_break: str = "preference", rng: random.Ran
     return cell, f"{scan}\nNo threats. I play {cell}."
 
 
+MISTAKES = ("any", "quiet")
+"""Where `scripted:imperfect` may play a random cell: on any position, or only where no move is forced ("quiet":
+it always takes an immediate win, else blocks, and plays a uniformly random free cell elsewhere)."""
+
+
 def _minimax_player(  # type: ignore[no-untyped-def]
-    mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan"
+    mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan",
+    mistakes: str = "any",
 ):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
     among equally good quiet moves: "preference" (centre, corners, edges: one fixed answer per position) or "random"
     (uniform over all minimax-best moves, so a model trained on its games keeps every good move in play for RL) or
-    "exploit" (the minimax-best move that wins most often against a random opponent, `safe_value`)."""
+    "exploit" (the minimax-best move that wins most often against a random opponent, `safe_value`).
+    `mistakes="quiet"` keeps the random cells to positions without a forced move (`forced_move` is None): at
+    mistake_prob 1.0 a player that takes every win and blocks every threat and was never shown a strategic move."""
+    if mistakes not in MISTAKES:
+        raise ValueError(f"mistakes must be one of {MISTAKES}, not {mistakes!r}")
     if tie_break not in ("preference", "random", "exploit"):
         raise ValueError(f"tie_break must be 'preference', 'random' or 'exploit', not {tie_break!r}")
     if think not in THINK_FORMATS:
@@ -698,7 +727,7 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         free = g.free_cells(board)
         if not free:
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
-        if rng.random() < mistake_prob:
+        if (mistakes == "any" or forced_move(board) is None) and rng.random() < mistake_prob:
             cell = rng.choice(free)
             why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
         else:
@@ -730,7 +759,7 @@ def random_player(env: Any, /, seed: int | None = None) -> ScriptedPolicy:
 
 
 def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = None, tie_break: str = "preference",
-                     think: str = "scan") -> ScriptedPolicy:
+                     think: str = "scan", mistakes: str = "any") -> ScriptedPolicy:
     """`scripted:imperfect`: the minimax expert that plays a random free cell with probability `mistake_prob`.
 
     Args:
@@ -738,8 +767,11 @@ def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = 
         seed: Seeds its mistakes and its choices among equally good moves.
         tie_break: Among equally good quiet moves: "preference", "random" or "exploit".
         think: The think block it writes: "scan", "forks", "track", "slots" or "none".
+        mistakes: Where random cells may be played: "any" position, or only "quiet" ones (no win to take, no
+            threat to block; forced moves are always right).
     """
-    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think), "scripted:imperfect")
+    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes),
+                          "scripted:imperfect")
 
 
 def load_environment(**kwargs: Any) -> TicTacToeEnv:

@@ -1,0 +1,74 @@
+"""The RL curve of `run.sh forced`: losses against the optimal opponent per eval step (the run's periodic greedy eval,
+`eval/metrics/loss`), with the start's rate and the shortcut ceilings drawn as lines, beside the sampled training
+games (reward, losses, wins) per step.
+
+    python examples/tictactoe/forced_curve.py RUNS_ROOT RUN_DIR [RUN_DIR ...] [-o PNG] [--start EVAL_NAME]
+
+RUN_DIR: GRPO run folders (metrics.jsonl); the legend names each by its folder. `--start`: the eval folder name of
+the start's 200 games vs the optimal opponent under RUNS_ROOT/eval (default forced-sft-games200-optimal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from toolgym.train.runstate import read_metrics
+from toolgym_tictactoe.shortcuts import game_outcome
+
+
+def smooth(ys: list[float], k: int) -> list[float]:
+    return [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1]) for i in range(len(ys))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root", type=Path)
+    ap.add_argument("runs", type=Path, nargs="+")
+    ap.add_argument("-o", "--out", type=Path, default=Path("examples/tictactoe/forced_curves.png"))
+    ap.add_argument("--start", default="forced-sft-games200-optimal")
+    ap.add_argument("--smooth", type=int, default=10)
+    args = ap.parse_args()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    start = args.root / "eval" / args.start / "summary.json"
+    if start.exists():
+        s = json.loads(start.read_text())
+        ax.axhline(100 * s["metrics"]["loss"]["mean"], color="grey", ls="--", lw=1, label="start (200 games)")
+    for name, style in (("copy", ":"), ("copy-centre", "-.")):
+        ax.axhline(100 * game_outcome(name, 0.0)[2], color="tab:red", ls=style, lw=1, label=f"`{name}` ceiling")
+    ax.axhline(5, color="tab:green", ls="-", lw=0.8, label="target 5 %")
+    for run in args.runs:
+        recs = [m for m in read_metrics(run) if "step" in m]
+        pts = [(m["step"], 100 * m["eval/metrics/loss"]) for m in recs if "eval/metrics/loss" in m]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o", markersize=3, label=run.name)
+        for k, (key, title) in enumerate((("reward", "sampled reward (training games)"),
+                                          ("metrics/loss", "sampled games lost (training opponents)"))):
+            vals = [(m["step"], m[key]) for m in recs if isinstance(m.get(key), int | float)]
+            if vals:
+                xs2, ys2 = zip(*vals, strict=True)
+                axes[k + 1].plot(xs2, smooth(list(ys2), args.smooth), label=run.name)
+                axes[k + 1].set_title(f"{title}, {args.smooth}-step mean")
+    ax.set_title("losses vs the optimal opponent (greedy eval, 100 games)")
+    ax.set_ylabel("% of games")
+    for a in axes:
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=100)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The shortcut ceilings (copy the named cell, random, first free cell...) on positions built by hand, where the right
+answer is known without the code under test, and their exact game outcomes against known anchors."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_server_tictactoe import game as g
+from toolgym_tictactoe import positions as P
+from toolgym_tictactoe.shortcuts import (
+    SHORTCUTS,
+    ceilings,
+    exact_outcome,
+    format_table,
+    game_outcome,
+    move_distribution,
+    position_scores,
+)
+
+# O took the centre (O moved first), X to move: the corners keep the draw, the edges lose (O forks) -- textbook
+CENTRE = "....O...."
+# O took corner 0, X to move: only the centre keeps the draw
+CORNER = "O........"
+# X holds 3 and 4 (wins at 5); O holds 0 and 1 (threatens 2): the scan's first `block` line (012) comes before its
+# first `win` line (345), but the named cell is the first *win*: 5
+WIN_AND_THREAT = "OO.XX...."
+
+
+def test_hand_analysis_of_the_constructed_positions() -> None:
+    assert P.analyze(CENTRE).optimal == (0, 2, 6, 8) and P.analyze(CENTRE).kind == "quiet"
+    assert P.analyze(CORNER).optimal == (4,) and P.analyze(CORNER).kind == "quiet"
+    assert P.analyze(WIN_AND_THREAT).kind == "win" and 5 in P.analyze(WIN_AND_THREAT).optimal
+
+
+def test_move_distributions() -> None:
+    assert move_distribution("copy", WIN_AND_THREAT) == {5: 1.0}  # the win, not the block the scan meets first
+    assert move_distribution("copy-first", WIN_AND_THREAT) == {5: 1.0}
+    assert move_distribution("first-free", WIN_AND_THREAT) == {2: 1.0}
+    assert move_distribution("random", WIN_AND_THREAT) == {c: 0.2 for c in (2, 5, 6, 7, 8)}
+    # no forced move: copy is random, copy-first the first free cell, copy-centre the centre or else a corner
+    assert move_distribution("copy", CORNER) == {c: 1 / 8 for c in range(1, 9)}
+    assert move_distribution("copy-first", CORNER) == {1: 1.0}
+    assert move_distribution("copy-centre", CORNER) == {4: 1.0}
+    assert move_distribution("copy-centre", CENTRE) == {0: 1.0}
+    for name in SHORTCUTS:
+        for b in (CENTRE, CORNER, WIN_AND_THREAT):
+            d = move_distribution(name, b)
+            assert abs(sum(d.values()) - 1) < 1e-12 and set(d) <= set(g.free_cells(b))
+
+
+def test_position_scores_on_constructed_positions() -> None:
+    assert position_scores("random", [CENTRE])["optimal"] == pytest.approx(4 / 8)
+    assert position_scores("random", [CORNER])["optimal"] == pytest.approx(1 / 8)
+    assert position_scores("copy", [CORNER, CENTRE])["optimal"] == pytest.approx((1 / 8 + 4 / 8) / 2)
+    assert position_scores("first-free", [CORNER, CENTRE])["optimal"] == pytest.approx(0.5)  # 1 loses, 0 holds
+    assert position_scores("copy-centre", [CORNER, CENTRE])["optimal"] == 1.0
+    assert position_scores("copy", [WIN_AND_THREAT])["optimal"] == 1.0
+    assert position_scores("first-free", [WIN_AND_THREAT])["optimal"] == float(2 in P.analyze(WIN_AND_THREAT).optimal)
+    assert position_scores("copy", [])["n"] == 0.0
+    with pytest.raises(ValueError, match="unknown shortcut"):
+        move_distribution("oracle", CENTRE)
+
+
+def test_exact_game_outcomes() -> None:
+    def minimax(board: str) -> dict[int, float]:
+        best = g.best_moves(board, "X")
+        return {c: 1 / len(best) for c in best}
+
+    w, d, lo = exact_outcome(minimax, 0.0)
+    assert lo == pytest.approx(0.0) and d == pytest.approx(1.0)  # perfect play draws perfect play
+    for name in SHORTCUTS:
+        for p in (0.0, 0.5, 1.0):
+            assert sum(game_outcome(name, p)) == pytest.approx(1.0)
+    # the always-first-free-cell player never beats the optimal opponent and random play is symmetric vs random
+    assert game_outcome("first-free", 0.0)[0] == 0.0
+    w, d, lo = game_outcome("random", 1.0)
+    assert w == pytest.approx(lo)
+    # the issue's anchor: copy-else-random loses 47 % of its games to the optimal opponent
+    assert 100 * game_outcome("copy", 0.0)[2] == pytest.approx(47.0, abs=0.05)
+    with pytest.raises(ValueError):
+        exact_outcome(minimax, 1.5)
+
+
+def test_ceiling_table() -> None:
+    rows = ceilings({"quiet": [CORNER, CENTRE]}, random_move_probs=(0.0,), names=("copy", "copy-centre"))
+    assert rows[0]["quiet optimal %"] == pytest.approx(100 * (1 / 8 + 4 / 8) / 2)
+    assert rows[1]["quiet optimal %"] == 100.0
+    assert rows[0]["P=0 W/D/L %"] == "0.0 / 53.0 / 47.0"
+    table = format_table(rows)
+    assert table.splitlines()[0] == "| player | quiet optimal % | P=0 W/D/L % |" and "| copy-centre | 100.0 |" in table
