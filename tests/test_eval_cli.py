@@ -239,7 +239,7 @@ CHECKPOINT = Path(__file__).resolve().parents[1] / "envs/tictactoe/toolgym_ticta
     ("vllm-server:some-model", "served_name=x", "served_model_name"),
     ("openai:some-model", "max_retires=1", "max_retries"),
     ("scripted:minimax", "tempreature=0.5", "temperature"),  # sampling options: accepted by every policy
-    ("scripted:imperfect", "mistake=0.3", "mistake_prob"),
+    ("scripted:imperfect", "mistake_pro=0.3", "mistake_prob"),
     ("scripted:minimax", "base_url=http://x", None),  # an endpoint option means nothing to a scripted player
 ])
 def test_an_unknown_policy_option_fails_naming_the_closest(tmp_path: Path, uri: str, arg: str,

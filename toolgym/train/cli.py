@@ -325,10 +325,8 @@ def tasks_train_cmd(
             _fail(str(exc))
     console.print(f"report: {out / 'report.md'} (plots: {out / 'heldout.png'}, {out / 'grpo_curves.png'})")
     failed = [name for name, r in (report or {}).get("heldout", {}).items() if r["errors"]["rate"] == 1.0]
-    if failed:
-        from toolgym.cli import EXIT_ERRORS
-
-        _fail(f"every held-out rollout of {', '.join(failed)} errored (see {out}/eval/*/results.jsonl)", EXIT_ERRORS)
+    if failed:  # exit 3, as `toolgym eval` when its rollouts errored (toolgym.cli.EXIT_ERRORS)
+        _fail(f"every held-out rollout of {', '.join(failed)} errored (see {out}/eval/*/results.jsonl)", 3)
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
     from toolgym.registry import load_env
     from toolgym.tasks.generate import GenOptions, generate
 
-    out = opts.out
+    out = Path(opts.out).resolve()  # env configs resolve relative paths from their own folder
     out.mkdir(parents=True, exist_ok=True)
     tasks, heldout = out / "tasks.jsonl", out / "tasks.heldout.jsonl"
     env_cfg, teacher = out / "env.json", out / "teacher.jsonl"
