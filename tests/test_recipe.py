@@ -26,10 +26,10 @@ def test_recipe_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     base = tmp_path / "tiny"
     subprocess.run([*TG, "model", "init-tiny", "--out", str(base)], check=True, capture_output=True)
     run = tmp_path / "run"
-    cmd = [*TG, "tasks", "train", str(ENV), "-o", str(run), "-n", "24", "--heldout", "12", "--base", str(base),
+    cmd = [*TG, "tasks", "train", str(ENV), "-o", "run", "-n", "24", "--heldout", "12", "--base", str(base),
            "--sft", "epochs=0.5", "--grpo", "max_steps=2", "--grpo", "batch_size=2", "--grpo", "rollouts_per_example=2",
            "--grpo", "eval_every=0", "-c", "4", "--num-threads", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=800, cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     for name in ("tasks.jsonl", "tasks.heldout.jsonl", "env.json", "teacher.jsonl", "sft/final/config.json",
                  "grpo/final/config.json", "eval/base/summary.json", "eval/sft/summary.json", "eval/grpo/summary.json",
@@ -41,5 +41,5 @@ def test_recipe_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     assert set(report["heldout"]) == {"base", "sft", "grpo"}
     assert report["heldout"]["sft"]["call_match"]["n"] + report["heldout"]["sft"]["abstain_ok"]["n"] == 12
     assert {"abstain", "majority call", "copy", "answer key"} <= set(report["trivial"])
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # every output exists: nothing re-runs
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)  # every output exists: nothing re-runs
     assert again.returncode == 0 and "synth:" not in again.stdout and "sft:" not in again.stdout
