@@ -304,6 +304,8 @@ class ManagedProcess:
                 env=env,
                 cwd=self.cwd,
                 preexec_fn=_set_pdeathsig if sys.platform == "linux" else None,  # noqa: PLW1509
+                # its own process group: terminate() reaches what the command spawns (a wrapper script, npx -> node)
+                start_new_session=os.name == "posix",
             )
             # drain stderr for the server's whole life (a full pipe blocks its logging, and so the server itself)
             threading.Thread(target=_drain, args=(self.proc.stderr, self._log, self.log), daemon=True).start()
@@ -325,17 +327,27 @@ class ManagedProcess:
                                    f"(log: {self.log})", log=self.log)
 
     def terminate(self) -> None:
+        """SIGTERM the server and everything it spawned (its process group), SIGKILL what is left after 5 s."""
         if self.proc is None:
             return
+        group = self.proc.pid if os.name == "posix" else None  # start_new_session: its pid is the group id
+
+        def signal_all(sig: int) -> None:
+            with contextlib.suppress(OSError):  # gone already
+                if group is not None:
+                    os.killpg(group, sig)
+                elif sig != signal.SIGCONT:
+                    self.proc.send_signal(sig)  # type: ignore[union-attr]
+
         if self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(OSError):  # a stopped (SIGSTOP) process handles SIGTERM only once continued
-                os.kill(self.proc.pid, signal.SIGCONT)
+            signal_all(signal.SIGTERM)
+            signal_all(signal.SIGCONT)  # a stopped (SIGSTOP) process handles SIGTERM only once continued
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                signal_all(signal.SIGKILL)
                 self.proc.wait()
+        signal_all(signal.SIGKILL)  # children the server left behind when it exited
         self.proc = None
 
 
