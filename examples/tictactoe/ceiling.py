@@ -18,59 +18,42 @@ centre-corner-edge): what a model scores that learnt a trick instead of the game
 from __future__ import annotations
 
 import argparse
-from functools import lru_cache
+from collections.abc import Callable
 
 from mcp_server_tictactoe import game as g
 from toolgym_tictactoe import explain_best_move, forced_move
-from toolgym_tictactoe.shortcuts import SHORTCUTS, game_outcome
+from toolgym_tictactoe.shortcuts import SHORTCUTS, Distribution, Outcome, game_outcome
+from toolgym_tictactoe.shortcuts import exact_outcome as walk
 
-Outcome = tuple[float, float, float]  # P(win), P(draw), P(loss) for X
 PLAYERS = ("teacher", "teacher-random", "best-safe")
-
-
-def _mix(parts: list[tuple[float, Outcome]]) -> Outcome:
-    return tuple(sum(w * o[i] for w, o in parts) for i in range(3))  # type: ignore[return-value]
 
 
 def _score(o: Outcome, draw_reward: float = 0.5) -> float:
     return o[0] + draw_reward * o[1]
 
 
-def exact_outcome(player: str, random_move_prob: float) -> Outcome:
-    """(win, draw, loss) probabilities of `player` as X against the env's opponent, over both starts."""
+def teacher_policy(player: str) -> Callable[[str, Callable[[int], Outcome]], Distribution]:
+    """The move distribution of `player` on a board (X to move), given the exact outcome after each cell."""
     if player not in PLAYERS:
         raise ValueError(f"player must be one of {PLAYERS}, not {player!r}")
 
-    @lru_cache(maxsize=None)
-    def x_to_move(board: str) -> Outcome:
-        if g.winner(board) == "O":
-            return (0.0, 0.0, 1.0)
-        if not g.free_cells(board):
-            return (0.0, 1.0, 0.0)
+    def choose(board: str, after: Callable[[int], Outcome]) -> Distribution:
         forced = forced_move(board)
         if forced is not None:
-            return after_x(g.play(board, forced, "X"))
+            return {forced: 1.0}
         best = g.best_moves(board, "X")
-        results = {c: after_x(g.play(board, c, "X")) for c in best}
         if player == "teacher":
-            return results[explain_best_move(board)[0]]
+            return {explain_best_move(board)[0]: 1.0}
         if player == "teacher-random":
-            return _mix([(1 / len(best), results[c]) for c in best])
-        return max(results.values(), key=_score)
+            return {c: 1 / len(best) for c in best}
+        return {max(best, key=lambda c: _score(after(c))): 1.0}
 
-    @lru_cache(maxsize=None)
-    def after_x(board: str) -> Outcome:
-        if g.winner(board) == "X":
-            return (1.0, 0.0, 0.0)
-        free = g.free_cells(board)
-        if not free:
-            return (0.0, 1.0, 0.0)
-        best_o = g.best_moves(board, "O")
-        parts = [(random_move_prob / len(free), x_to_move(g.play(board, c, "O"))) for c in free]
-        parts += [((1 - random_move_prob) / len(best_o), x_to_move(g.play(board, c, "O"))) for c in best_o]
-        return _mix(parts)
+    return choose
 
-    return _mix([(0.5, x_to_move(g.EMPTY * 9)), (0.5, after_x(g.EMPTY * 9))])
+
+def exact_outcome(player: str, random_move_prob: float) -> Outcome:
+    """(win, draw, loss) probabilities of `player` as X against the env's opponent, over both starts."""
+    return walk(teacher_policy(player), random_move_prob, lookahead=True)
 
 
 def main() -> None:

@@ -71,9 +71,11 @@ def _mix(parts: list[tuple[float, Outcome]]) -> Outcome:
     return tuple(sum(w * o[i] for w, o in parts) for i in range(3))  # type: ignore[return-value]
 
 
-def exact_outcome(policy: Callable[[str], Distribution], random_move_prob: float) -> Outcome:
+def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, *, lookahead: bool = False) -> Outcome:
     """(win, draw, loss) probabilities of the X player `policy` (board -> move distribution) against the env's
-    opponent, by walking the whole game tree; over both starts (a coin flip, as the env's dataset draws it)."""
+    opponent, by walking the whole game tree; over both starts (a coin flip, as the env's dataset draws it).
+    `lookahead=True`: the policy is called as `policy(board, after)`, where `after(cell)` is the exact outcome of
+    playing `cell` there (for players that choose by expected result, such as the safest-best `ceiling.py` player)."""
     if not 0.0 <= random_move_prob <= 1.0:
         raise ValueError(f"random_move_prob must be in [0, 1], not {random_move_prob}")
 
@@ -83,7 +85,8 @@ def exact_outcome(policy: Callable[[str], Distribution], random_move_prob: float
             return (0.0, 0.0, 1.0)
         if not g.free_cells(board):
             return (0.0, 1.0, 0.0)
-        return _mix([(p, after_x(g.play(board, c, "X"))) for c, p in policy(board).items()])
+        dist = policy(board, lambda c: after_x(g.play(board, c, "X"))) if lookahead else policy(board)
+        return _mix([(p, after_x(g.play(board, c, "X"))) for c, p in dist.items()])
 
     @lru_cache(maxsize=None)
     def after_x(board: str) -> Outcome:
