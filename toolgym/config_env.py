@@ -355,6 +355,25 @@ def _make_reward(rc: RewardConfig, base: Path, mode: Any = "exact") -> Any:
     return fn
 
 
+def next_expected_call(task: dict[str, Any], memory: dict[str, Any]) -> Any:
+    """The next of the task's `expected_calls` as an assistant turn with that one call (its `reference` arguments,
+    else the first acceptable value of each argument, optional ones left out), or None once all were made; counts in
+    `memory["next"]`. The replay step of answer-key players (`scripted:reference`, the recipe's teacher)."""
+    from toolgym.policies.scripted import call
+    from toolgym.types import AssistantTurn
+
+    expected = task.get("expected_calls") or []
+    i = memory.setdefault("next", 0)
+    if i >= len(expected):
+        return None
+    memory["next"] = i + 1
+    args = expected[i].get("reference")
+    if args is None:
+        args = {k: (v[0] if isinstance(v, list) and v else v) for k, v in (expected[i].get("arguments") or {}).items()
+                if not (isinstance(v, list) and v and is_optional_marker(v[0]))}
+    return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], dict(args))])
+
+
 def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
     """Replays the task's `expected_calls` (an expected call's `reference` arguments, else the first acceptable value
     of each argument; any argument names, `name` included), then answers with the last
@@ -364,21 +383,14 @@ def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
     answer_from=task`)."""
     if answer_from not in ("tool", "task"):
         raise ValueError(f"answer_from must be 'tool' or 'task', not {answer_from!r}")
-    from toolgym.policies.scripted import ScriptedPolicy, call
+    from toolgym.policies.scripted import ScriptedPolicy
     from toolgym.types import AssistantTurn
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
         task = memory["task"]
-        expected = task.get("expected_calls") or []
-        i = memory.setdefault("next", 0)
-        if i < len(expected):
-            memory["next"] = i + 1
-            args = expected[i].get("reference")
-            if args is None:
-                args = {k: (v[0] if isinstance(v, list) and v else v) for k, v in
-                        (expected[i].get("arguments") or {}).items() if not (isinstance(v, list) and v and
-                                                                             is_optional_marker(v[0]))}
-            return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], dict(args))])
+        turn = next_expected_call(task, memory)
+        if turn is not None:
+            return turn
         last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), None)
         answer = last if last is not None and answer_from == "tool" else str(task.get("answer", ""))
         return AssistantTurn(content=f"<answer>{answer}</answer>")

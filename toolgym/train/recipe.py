@@ -99,18 +99,17 @@ def teacher_policy(name: str = "scripted:generated-teacher") -> Any:
     """The answer key of generated tasks: replays the expected calls (one per turn), then answers with what the last
     result says (`pick_answer` with the task's `answer_field`: the `correct` reward's rule), or with the task's
     answer when no call is expected."""
+    from toolgym.config_env import next_expected_call
     from toolgym.policies.scripted import ScriptedPolicy
     from toolgym.tasks.generate import ANSWER_MAX_CHARS, pick_answer
-    from toolgym.types import AssistantTurn, ToolCall
+    from toolgym.types import AssistantTurn
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
         task = memory["task"]
+        turn = next_expected_call(task, memory)
+        if turn is not None:
+            return turn
         expected = task.get("expected_calls") or []
-        i = memory.setdefault("next", 0)
-        if i < len(expected):
-            memory["next"] = i + 1
-            args = {k: (v[0] if isinstance(v, list) else v) for k, v in expected[i]["arguments"].items()}
-            return AssistantTurn(content="", tool_calls=[ToolCall(name=expected[i]["name"], arguments=args, id=f"t{i}")])
         answer = task.get("answer")
         if expected:
             last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), "")
