@@ -174,6 +174,14 @@ def test_error_patterns_make_text_errors_failed_calls(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ SIGKILL
+def _cmdline(p: psutil.Process) -> str:
+    """A process's command line, or "" for one that exited meanwhile (gone, or a zombie not yet reaped)."""
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
 def test_servers_die_with_a_sigkilled_eval(tmp_path: Path) -> None:
     """Issue 30: after SIGKILL of the eval its servers were orphaned. A stdio server notices its closed stdin, but
     not while it is busy in a blocking call (`block`: 60 s); the kernel now SIGTERMs each server when the eval dies
@@ -187,8 +195,7 @@ def test_servers_die_with_a_sigkilled_eval(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         servers: list[psutil.Process] = []
         while time.monotonic() < deadline:
-            servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if str(FLAKY) in " ".join(
-                p.cmdline())]
+            servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if str(FLAKY) in _cmdline(p)]
             if len(servers) >= 5:  # 4 rollouts in flight + the warm pool
                 break
             time.sleep(0.2)
