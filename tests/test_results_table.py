@@ -57,6 +57,7 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert float(re.match(r"[\d.]+", rand[0]).group()) < 80.0  # a random mover is seldom optimal
     # the games table with intervals, and the shortcut ceilings beside it (exact: copy-else-random loses 47.0 %)
     games = rows_of(tables[1])
-    assert games["minimax"][5].startswith("0.0 (0.0-") and games["minimax"][6].startswith("100.0 (")
-    assert games["shortcut `copy` (exact)"][3:6] == ["0.0", "53.0", "47.0"]
+    assert games["minimax"][5].startswith("0.0 (0.0-") and games["minimax"][7].startswith("100.0 (")
+    assert games["minimax"][6] == "0.0"  # no game ran out of turns
+    assert games["shortcut `copy` (exact)"][3:7] == ["0.0", "53.0", "47.0", "0"]
     assert set(games) >= {"minimax", "random", *(f"shortcut `{s}` (exact)" for s in ("random", "first-free", "copy"))}

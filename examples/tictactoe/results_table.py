@@ -62,7 +62,7 @@ def positions(root: Path, model: str, split: str) -> dict[str, tuple[float, int]
 def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
     """Win / draw / loss counts and valid-call counts over both seeds (pooled), or of the single-seed 200-game eval
     of the RL lines (`<model>-games200-<opponent>`, `run.sh weak / noisy / reader`)."""
-    tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0}
+    tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0, "capped": 0.0}
     folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
     if not all(f.is_dir() for f in folders):
         folders = [root / "eval" / f"{model}-games200-{opponent}"]
@@ -76,6 +76,7 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
         for k in ("win", "draw", "loss"):
             tot[k] += s["metrics"][k]["mean"] * n
         tot["n"] += n
+        tot["capped"] += s.get("stop_reasons", {}).get("max_turns", 0)  # unfinished: the turn cap (invalid moves)
         acc = s.get("tool_accuracy", {}).get("*", {})
         tot["calls"] += acc.get("calls", 0.0)
         tot["valid"] += acc.get("exec_ok", 0.0) * acc.get("calls", 0.0)
@@ -168,18 +169,20 @@ def games_ci(root: Path, names: list[str]) -> str:
     from toolgym_tictactoe import positions as P
     from toolgym_tictactoe.shortcuts import SHORTCUTS, game_outcome, position_scores
 
-    out = ["| player | vs random: W % | D % | L % | vs optimal: W % | D % | L % | valid calls % | quiet positions: "
-           "optimal % |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| player | vs random: W % | D % | L % | vs optimal: W % | D % | L % | of which the turn cap % | valid calls % "
+           "| quiet positions: optimal % |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         cells: list[str] = []
         calls = valid = 0.0
         for opp in ("random", "optimal"):
             g = games(root, name, opp)
             if g is None or not g["n"]:
-                cells += ["-"] * 3
+                cells += ["-"] * (4 if opp == "optimal" else 3)
                 continue
             n = int(g["n"])
             cells += [rate(g["win"], n), f"{100 * g['draw'] / n:.1f}", rate(g["loss"], n)]
+            if opp == "optimal":  # games lost by running out of turns (repeated invalid moves), not played out
+                cells.append(f"{100 * g['capped'] / n:.1f}")
             calls += g["calls"]
             valid += g["valid"]
         q = quiet_counts(root, name)
@@ -191,6 +194,7 @@ def games_ci(root: Path, names: list[str]) -> str:
         for p in (1.0, 0.0):
             w, d, lo = game_outcome(sc, p)
             cells += [f"{100 * w:.1f}", f"{100 * d:.1f}", f"{100 * lo:.1f}"]
+        cells.insert(6, "0")
         cells += ["100", f"{100 * position_scores(sc, quiet_boards)['optimal']:.1f}"]
         out.append(f"| shortcut `{sc}` (exact) | " + " | ".join(cells) + " |")
     return "\n".join(out)

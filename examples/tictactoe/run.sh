@@ -187,8 +187,8 @@ case "${1:-}" in
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
-    timed forced-default long toolgym train $X/forced_grpo.toml -s model=$D -s output_dir=$N/cispo
-    for m in default:$D forced-default:$N/cispo/final; do
+    timed forced-default long toolgym train $X/forced_grpo.toml -s model=$D -s loss_type=grpo -s output_dir=$N/grpo
+    for m in default:$D forced-default:$N/grpo/final; do
       name=${m%%:*}; dir=${m#*:}
       positions "$name" "$dir" all
       rl_evals "$name" "$dir" 2718
