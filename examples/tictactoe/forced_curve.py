@@ -43,7 +43,7 @@ def main() -> None:
         ax.axhline(100 * s["metrics"]["loss"]["mean"], color="grey", ls="--", lw=1, label="start (200 games)")
     for name, style in (("copy", ":"), ("copy-centre", "-.")):
         ax.axhline(100 * game_outcome(name, 0.0)[2], color="tab:red", ls=style, lw=1, label=f"`{name}` ceiling")
-    ax.axhline(5, color="tab:green", ls="-", lw=0.8, label="target 5 %")
+    ax.axhline(5, color="black", ls=":", lw=0.8, label="target 5 %")
     for run in args.runs:
         recs = [m for m in read_metrics(run) if "step" in m]
         pts = [(m["step"], 100 * m["eval/metrics/loss"]) for m in recs if "eval/metrics/loss" in m]
@@ -51,7 +51,7 @@ def main() -> None:
             xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, marker="o", markersize=3, label=run.name)
         for k, (key, title) in enumerate((("reward", "sampled reward (training games)"),
-                                          ("metrics/loss", "sampled games lost (training opponents)"))):
+                                          ("metrics/loss", "sampled games lost"))):
             vals = [(m["step"], m[key]) for m in recs if isinstance(m.get(key), int | float)]
             if vals:
                 xs2, ys2 = zip(*vals, strict=True)

@@ -182,7 +182,7 @@ case "${1:-}" in
       python $X/discovery.py $N/$loss forced-sft=$R/eval/forced-sft-positions-quiet \
         forced-$loss=$R/eval/forced-$loss-positions-quiet --json $N/discovery-$loss.json
     done
-    python $X/forced_curve.py $R $N/cispo $N/grpo $N/dr_grpo -o $X/forced_curves.png
+    python $X/forced_curve.py $R $N/grpo $N/dr_grpo $N/cispo -o $X/forced_curves.png
     python $X/results_table.py $R forced-sft ${LOSSES:-forced-cispo forced-grpo forced-dr_grpo} ;;
   forced-default)
     N=$R/forced-default
