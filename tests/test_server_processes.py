@@ -12,16 +12,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tg_testutil import free_port
 
 from toolgym.mcp_bridge import ManagedProcess
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or not shutil.which("sh"), reason="POSIX process groups")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_exe() -> str:
