@@ -60,7 +60,7 @@ def test_plot_runs_in_sequence_or_overlaid(tmp_path) -> None:
 
 def test_sft_names_a_missing_model_folder(tmp_path) -> None:
     """`toolgym sft --model PATH` with a folder that does not exist fails with 'no such model folder', not a hub
-    error, and starts no run."""
+    error, and starts no run; the error is the last thing printed (no progress bar drawn after it)."""
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
                                              {"role": "assistant", "content": "hello"}]}) + "\n")
@@ -68,6 +68,10 @@ def test_sft_names_a_missing_model_folder(tmp_path) -> None:
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert "sft steps" not in res.output and res.output.strip().startswith("error:"), res.output
+    res = CliRunner().invoke(app, ["sft", "--model", str(tmp_path / "no-such-model"), "--data", str(tmp_path / "no.jsonl"),
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "not found" in res.output and "sft steps" not in res.output, res.output
 
 
 def test_train_names_a_missing_model_folder(tmp_path, monkeypatch) -> None:

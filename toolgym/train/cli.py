@@ -3,8 +3,10 @@ level, and `tasks_train_cmd` as `toolgym tasks train`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +41,19 @@ def _kv(pairs: list[str] | None) -> dict[str, Any]:
     return {}
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+@contextlib.contextmanager
+def _progress() -> Iterator[Progress]:
+    """The commands' progress display. A command that fails inside it (an error, ^C) takes its bars down with it,
+    so the error is the last thing printed rather than a stray bar after it."""
+    prog = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+    with prog:
+        try:
+            yield prog
+        except BaseException:
+            for task in list(prog.task_ids):
+                prog.remove_task(task)
+            raise
 
 
 @app.command("synth")
