@@ -204,6 +204,30 @@ def test_run_agent_plays_the_game_its_arguments_describe():
     assert sum(d["outcome"] == "win" for d in weak) >= 4  # ... and against a random one
 
 
+def test_a_scripted_player_that_samples_replays_its_game_from_the_request_seed():
+    """`-m scripted:random`: the request's seed seeds the player's own draws too (`Policy.open_seeded` ->
+    `rollout_rng`), so a request replays whatever was asked before it; before, a scripted player drew from how many
+    rollouts it had opened (the same request answered with other moves on every call). Unseeded rollouts
+    (`toolgym synth`'s teacher games) keep drawing by their open count, so teacher data is unchanged."""
+    srv = _server("scripted:random")
+
+    async def go():
+        async with Client(srv) as c:
+            first = [_payload(await c.call_tool("run_agent", {"seed": s, "agent_starts": True})) for s in range(6)]
+            again = [_payload(await c.call_tool("run_agent", {"seed": s, "agent_starts": True}))
+                     for s in reversed(range(6))][::-1]
+            return first, again
+
+    first, again = asyncio.run(go())
+    assert [d["moves"] for d in again] == [d["moves"] for d in first]
+    assert len({tuple(d["moves"]) for d in first}) >= 4  # other seeds, other games
+
+    from toolgym.policies.scripted import ScriptedSession, rollout_rng
+
+    unseeded = [rollout_rng(ScriptedSession(lambda m, mem: None, [], {}, i).memory, "0").random() for i in range(3)]
+    assert unseeded == [random.Random(f"0:{i}").random() for i in range(3)]  # synth's draws, as before
+
+
 def test_every_served_tool_has_a_typed_output_schema():
     """`outputSchema` names every field of the result and its type (not a bare object), for run_agent (the generic
     fields and the env's) and for suggest_move; structured results validate against it."""

@@ -14,6 +14,7 @@ A factory taking bare `**options` gets every option, unchecked.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -30,18 +31,33 @@ def call(name: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any) -
     return ToolCall(name=name, arguments={**(arguments or {}), **kwargs}, id=f"call_{next(_ids)}")
 
 
+def rollout_rng(memory: dict[str, Any], salt: str) -> random.Random:
+    """A scripted player's random generator for one rollout, kept in its `memory`: drawn from the rollout's seed
+    when the run seeds each rollout (`toolgym eval --seed`, every `toolgym serve` request: `Policy.open_seeded`), so
+    the same seed plays the same game whatever the concurrency or how many requests came before; otherwise from how
+    many rollouts the policy opened before (`session_index`: `toolgym synth`'s teacher games). `salt` tells players
+    (and their own `seed` option) apart, e.g. f"{seed}"."""
+    if "rng" not in memory:
+        if memory.get("rollout_seed") is not None:
+            memory["rng"] = random.Random(f"{salt}:rollout-seed:{memory['rollout_seed']}")
+        else:
+            memory["rng"] = random.Random(f"{salt}:{memory.get('session_index', 0)}")
+    return memory["rng"]
+
+
 class ScriptedSession(PolicySession):
     def __init__(self, fn: TurnFn, tools: list[dict[str, Any]], task: dict[str, Any], index: int = 0) -> None:
         self.fn, self.tools, self.task = fn, tools, task
-        self.memory: dict[str, Any] = {"tools": tools, "task": task, "session_index": index}
+        self.memory: dict[str, Any] = {"tools": tools, "task": task, "session_index": index, "rollout_seed": None}
 
     async def act(self, messages: list[dict[str, Any]]) -> AssistantTurn:
         return self.fn(messages, self.memory)
 
 
 class ScriptedPolicy(Policy):
-    """Wrap `fn(messages, memory) -> AssistantTurn`; `memory` is a per-rollout dict holding `tools`, `task` and
-    `session_index` (how many rollouts this policy opened before: seed per-rollout randomness with it).
+    """Wrap `fn(messages, memory) -> AssistantTurn`; `memory` is a per-rollout dict holding `tools`, `task`,
+    `session_index` (how many rollouts this policy opened before) and `rollout_seed` (the rollout's seed when the run
+    seeds rollouts, else None): draw per-rollout randomness with `rollout_rng(memory, ...)`, which uses them.
     `answer_key=True` marks a player that reads the task's expected answer (a reference player)."""
 
     def __init__(self, fn: TurnFn, name: str = "scripted", answer_key: bool = False) -> None:
@@ -50,6 +66,12 @@ class ScriptedPolicy(Policy):
 
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         return ScriptedSession(self.fn, tools, task, next(self._opened))
+
+    def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
+        session = self.open(tools, task)  # through `open`, so a subclass that overrides it is still used
+        if isinstance(session, ScriptedSession):
+            session.memory["rollout_seed"] = seed
+        return session
 
 
 def load_scripted(target: str, env: Any = None, **options: Any) -> Policy:

@@ -37,7 +37,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from toolgym import AssistantTurn, HiddenCallError, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, stop
-from toolgym.policies.scripted import call
+from toolgym.policies.scripted import call, rollout_rng
 from toolgym_tictactoe import positions as P
 
 SYSTEM_PROMPT = (
@@ -720,7 +720,7 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     from mcp_server_tictactoe import game as g
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
-        rng = memory.setdefault("rng", random.Random(f"{seed}:{memory.get('session_index', 0)}"))
+        rng = rollout_rng(memory, f"{seed}")
         board = board_from_messages(messages)
         if board is None:
             return AssistantTurn(content="", reasoning="I need to see the board.", tool_calls=[call("get_board")])

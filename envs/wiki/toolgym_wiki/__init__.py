@@ -35,7 +35,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from toolgym import AssistantTurn, Rubric, ScriptedPolicy, ServerSpec, StatefulToolEnv, env_tool, stop
-from toolgym.policies.scripted import call
+from toolgym.policies.scripted import call, rollout_rng
 
 SYSTEM_PROMPT = (
     "You answer questions about an encyclopedia that you can only access through tools. Use search to find pages, "
@@ -311,7 +311,7 @@ def random_player(seed: int | None = None):  # type: ignore[no-untyped-def]
     """Random tool use: 1-4 random searches / page opens, then a random title seen so far (or a random year)."""
 
     def act(messages: list[dict[str, Any]], mem: dict[str, Any]) -> AssistantTurn:
-        rng = mem.setdefault("rng", random.Random(f"wiki-random:{seed}:{mem.get('session_index', 0)}"))
+        rng = rollout_rng(mem, f"wiki-random:{seed}")
         seen = mem.setdefault("seen", [])
         seen.extend(t for t in _RESULT_LINE.findall(_last_tool_text(messages)) if t not in seen)
         steps = mem.setdefault("steps", rng.randint(1, 4))
