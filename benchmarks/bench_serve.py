@@ -15,6 +15,9 @@ the clients are `mcp.Client` sessions over HTTP in this process, each calling `s
   http           `-a transport=http`: one streamable-HTTP server process, shared likewise
   stdio-rollout  `-a transport=stdio -a session_scope=rollout`: a server process per request, taken from the warm
                  pool serve keeps for such servers
+  transformers-forward
+                 the default with `--model-arg lean_decode=false` (model policy only): every decode step through the
+                 transformers forward instead of `toolgym.policies.lean_decode`
 
 Policies: `scripted` (`-m scripted:minimax`) and `model` (no `-m`: the embedded checkpoint, greedy). The ratio
 column divides each row's calls/s by `before`'s for the same policy and client count, measured in the same run;
@@ -61,6 +64,7 @@ CONFIGS = {
     "stdio": ["-a", "transport=stdio"],
     "http": ["-a", "transport=http"],
     "stdio-rollout": ["-a", "transport=stdio", "-a", "session_scope=rollout"],
+    "transformers-forward": ["--model-arg", "lean_decode=false"],
 }
 POLICIES = {"scripted": ["-m", "scripted:minimax"], "model": []}
 

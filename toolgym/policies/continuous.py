@@ -82,6 +82,7 @@ class ContinuousBatcher:
     rng: random.Random
     keeps_logits: bool
     sdpa: bool
+    lean: Any = None  # a `toolgym.policies.lean_decode.LeanDecoder` where the model supports one
 
     def __init__(self, parked_bytes: int, prefix_min: int = 0) -> None:
         self._lock = threading.Lock()
@@ -294,17 +295,22 @@ class ContinuousBatcher:
         s, e = sl.start, sl.end
         n = len(rows)
         sl.mask[:n, e] = 1
-        for la in sl.cache.layers:
-            la.set_view(n, s, e)
         dev = self.device
         ids = torch.tensor([[r.next_tok] for r in rows], dtype=torch.long, device=dev)
         pos = torch.tensor([[r.pos] for r in rows], dtype=torch.long, device=dev)
-        # sdpa takes the boolean mask as a ready 4D mask: transformers then skips building one every step
-        attn = sl.mask[:n, None, None, s : e + 1] if self.sdpa else sl.mask[:n, s : e + 1]
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=sl.cache,
-                         use_cache=True)
+        if self.lean is not None and not self.model.training:
+            # the same arithmetic as the model's forward in fewer Python steps (`toolgym.policies.lean_decode`)
+            logits = self.lean.step(ids, pos, sl.keys, sl.values, sl.mask[:n, None, None, s : e + 1], n, s, e)
+        else:
+            for la in sl.cache.layers:
+                la.set_view(n, s, e)
+            # sdpa takes the boolean mask as a ready 4D mask: transformers then skips building one every step
+            attn = sl.mask[:n, None, None, s : e + 1] if self.sdpa else sl.mask[:n, s : e + 1]
+            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=sl.cache,
+                             use_cache=True)
+            logits = out.logits[:, -1, :]
         sl.end = e + 1
-        toks, lps = self.sample(out.logits[:, -1, :], [r.req for r in rows], [r.gen for r in rows],
+        toks, lps = self.sample(logits, [r.req for r in rows], [r.gen for r in rows],
                                 [r.out.token_ids for r in rows])
         fin = []
         for j, r in enumerate(rows):
