@@ -67,6 +67,7 @@ CONFIGS = {
     "transformers-forward": ["--model-arg", "lean_decode=false"],
 }
 POLICIES = {"scripted": ["-m", "scripted:minimax"], "model": []}
+MODEL_ONLY = {"transformers-forward"}  # configurations that set a model option
 
 
 def code_paths(root: Path) -> list[str]:
@@ -258,6 +259,8 @@ def main() -> None:
         old = extract(a.baseline_ref, Path(tmp)) if "before" in a.configs.split(",") else None
         for policy in a.policies.split(","):
             for config in a.configs.split(","):
+                if config in MODEL_ONLY and policy != "model":
+                    continue
                 console.print(f"[dim]{policy} / {config} ...[/]")
                 code = old if config == "before" else ROOT
                 assert code is not None
