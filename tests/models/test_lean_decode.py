@@ -22,8 +22,8 @@ from toolgym.policies.lean_decode import LeanDecoder
 
 transformers = pytest.importorskip("transformers")
 
-COMMON = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, max_position_embeddings=512,
-              pad_token_id=0, eos_token_id=1)
+COMMON = {"vocab_size": 97, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+          "max_position_embeddings": 512, "pad_token_id": 0, "eos_token_id": 1}
 
 
 def _model(kind: str) -> torch.nn.Module:

@@ -24,8 +24,8 @@ from typing import Any
 from toolgym.models.chat import ChatRenderer, load_chat_template
 from toolgym.policies.batching import GenOutput, GenRequest
 from toolgym.policies.continuous import ContinuousBatcher
-from toolgym.policies.lean_decode import LeanDecoder
 from toolgym.policies.kv_cache import expand_prefix_cache, preallocate_cache, shared_prefix_len
+from toolgym.policies.lean_decode import LeanDecoder
 from toolgym.policies.model import ModelPolicy
 
 

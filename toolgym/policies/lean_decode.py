@@ -127,4 +127,4 @@ class LeanDecoder:
         return F.linear(h[:, 0], self.lm_head.weight, getattr(self.lm_head, "bias", None))
 
 
-__all__ = ["LeanDecoder", "SUPPORTED"]
+__all__ = ["SUPPORTED", "LeanDecoder"]
