@@ -3,6 +3,7 @@ request), the other transports, 1 and 10 clients, the scripted expert and the em
 
     python benchmarks/bench_serve.py [--duration 10] [--baseline-ref 7eb49dc] [--policies scripted,model]
                                      [--configs before,default,stdio,http,stdio-rollout] [--json PATH]
+                                     [--repeat N]
 
 Every configuration is a real `toolgym serve tictactoe ... --transport streamable-http` process on a loopback port;
 the clients are `mcp.Client` sessions over HTTP in this process, each calling `suggest_move` on random open positions
@@ -41,6 +42,7 @@ import platform
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -251,31 +253,77 @@ def main() -> None:
     ap.add_argument("--policies", default="scripted,model")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "bench_serve.json")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every row; with 2 or more, each round's ratios to its own `before` are summarised "
+                         "(median and range): the machine's speed drifts between rounds by more than some margins")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     console = Console(width=200)
     load_before = os.getloadavg()
-    rows = []
+    rounds: list[list[dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         old = extract(a.baseline_ref, Path(tmp)) if "before" in a.configs.split(",") else None
-        for policy in a.policies.split(","):
-            for config in a.configs.split(","):
-                if config in MODEL_ONLY and policy != "model":
-                    continue
-                console.print(f"[dim]{policy} / {config} ...[/]")
-                code = old if config == "before" else ROOT
-                assert code is not None
-                rows.append(asyncio.run(bench(config, policy, code, a.duration)))
+        for k in range(a.repeat):
+            rows = []
+            for policy in a.policies.split(","):
+                for config in a.configs.split(","):
+                    if config in MODEL_ONLY and policy != "model":
+                        continue
+                    console.print(f"[dim]round {k + 1}/{a.repeat}: {policy} / {config} ...[/]")
+                    code = old if config == "before" else ROOT
+                    assert code is not None
+                    rows.append(asyncio.run(bench(config, policy, code, a.duration)))
+            rounds.append(rows)
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()
     title = (f"toolgym serve tictactoe: suggest_move over streamable HTTP, {a.duration:g} s per row "
              f"({platform.node()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, "
              f"{load_after[0]:.1f} after; before = {a.baseline_ref})")
-    console.print(table(rows, title))
+    for k, rows in enumerate(rounds):
+        console.print(table(rows, title if a.repeat == 1 else f"round {k + 1} of {a.repeat}: {title}"))
+    summary = summarise(rounds) if a.repeat > 1 else []
+    if summary:
+        console.print(summary_table(summary, f"{a.repeat} rounds: each row's calls/s over its round's `before`"))
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "baseline_ref": a.baseline_ref,
-                                  "duration_s": a.duration, "cpus": os.cpu_count(),
-                                  "loadavg_before": load_before, "loadavg_after": load_after, "rows": rows}, indent=2))
+    out = {"date": time.strftime("%Y-%m-%d %H:%M"), "baseline_ref": a.baseline_ref, "duration_s": a.duration,
+           "cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after, "rows": rounds[0]}
+    if a.repeat > 1:
+        out.update(rounds=rounds, summary=summary)
+    a.json.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {a.json}")
+
+
+def summarise(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per (policy, config, clients): calls/s and its ratio to the same round's `before`, as median, min and max over
+    the rounds."""
+    ratios: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+    for rows in rounds:
+        base = {(r["policy"], run["clients"]): run["calls_per_s"] for r in rows if r["config"] == "before"
+                for run in r["runs"]}
+        for r in rows:
+            for run in r["runs"]:
+                b = base.get((r["policy"], run["clients"]))
+                ratio = run["calls_per_s"] / b if b else float("nan")
+                ratios.setdefault((r["policy"], r["config"], run["clients"]), []).append((run["calls_per_s"], ratio))
+    out = []
+    for (policy, config, clients), vals in ratios.items():
+        cps, rat = [v[0] for v in vals], [v[1] for v in vals]
+        out.append({"policy": policy, "config": config, "clients": clients,
+                    "calls_per_s": {"median": statistics.median(cps), "min": min(cps), "max": max(cps)},
+                    "x_before": {"median": statistics.median(rat), "min": min(rat), "max": max(rat)}})
+    return out
+
+
+def summary_table(summary: list[dict[str, Any]], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("policy", "config", "clients", "calls/s median (min-max)", "× before median (min-max)"):
+        t.add_column(col, justify="left" if col in ("policy", "config") else "right")
+    for s in summary:
+        c, x = s["calls_per_s"], s["x_before"]
+        t.add_row(s["policy"], s["config"], str(s["clients"]), f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})",
+                  f"{x['median']:.1f} ({x['min']:.1f}-{x['max']:.1f})")
+    return t
 
 
 if __name__ == "__main__":
