@@ -10,10 +10,11 @@ buffers -> scaled-dot-product attention over the row's live columns (grouped-que
 projection, RMSNorm -> SiLU-gated MLP, and the final norm and LM head.
 
 It is used only for decoder-only models whose layers are exactly that (`LeanDecoder.supports`: model types
-`llama`, `qwen2`, `qwen3`, `mistral` without sliding windows, SiLU, no attention-logit softcapping, no extra
-scaling factors); anything else keeps the transformers forward. `tests/test_lean_decode.py` checks that its logits
-match transformers' on the same slot buffers, and that greedy generations are identical. The gain is measured in
-`benchmarks/bench_decode.py`.
+`llama`, `qwen2`, `qwen3`, `mistral` without sliding windows, SiLU activation, plain `nn.Linear` layers -- none of
+these architectures has attention-logit softcapping or embedding scaling); anything else keeps the transformers
+forward. `tests/models/test_lean_decode.py` checks that its logits match transformers' on the same slot buffers,
+and that greedy generations are identical. The gain is measured by `benchmarks/bench_serve.py` (its
+`transformers-forward` configuration, side by side with the default; docs/serving.md).
 """
 
 from __future__ import annotations
