@@ -163,11 +163,16 @@ def test_error_patterns_make_text_errors_failed_calls(tmp_path: Path) -> None:
     tasks = [{"prompt": "t", "answer": "x", "expected_calls": [{"name": "echo", "arguments": {"text": [t]}}]}
              for t in ("Error: no such table", "all good", "Database error: near FROM")]
 
+    texts = [t["expected_calls"][0]["arguments"]["text"][0] for t in tasks]
+
     def exec_ok(server: str, name: str) -> list[bool]:
+        """exec_ok per task, in task order (results.jsonl is written in completion order)."""
         out = tmp_path / name
         res = toolgym("eval", str(_config(tmp_path, tasks, server=server, name=f"{name}.toml")), "-o", str(out))
         assert res.returncode == 0, res.stdout + res.stderr
-        return [r["calls"][0]["exec_ok"] for r in read_jsonl(out / "results.jsonl")]
+        recs = read_jsonl(out / "results.jsonl")
+        by_text = {r["calls"][0]["arguments"]["text"]: r["calls"][0]["exec_ok"] for r in recs}
+        return [by_text[t] for t in texts]
 
     assert exec_ok("", "plain") == [True, True, True]  # the server's error flag alone: every text "ran"
     assert exec_ok('error_patterns = ["^Error:", "^Database error"]\n', "patterns") == [False, True, False]
