@@ -1,14 +1,18 @@
 """Static vs continuous batching in the transformers engine, on the workload it is for: multi-turn tic-tac-toe games
-of the committed model (0.9M, fp32, 1 thread) through the real MCP server, seeded, temperature 1.
+of the committed model (0.9M, fp32, 1 thread) through the real MCP server, seeded, temperature 1 (or, with
+`--temperature 0`, greedy as `toolgym eval` and `toolgym serve` play).
 
 For each concurrency, the same games are played three times in one process: `batching="static"` (the baseline: each
 batch runs until its longest row ends), `batching="continuous"` with `parked_kv_mb=0` (rows join and leave the
 running batch; every turn prefills its whole prompt), and `batching="continuous"` (the default: a game's next turn
 extends its parked KV). The bench checks that the three produce the same token traces before it prints timings
 (seeded sampling draws the same tokens whatever the batch), then prints wall time, engine time, decode steps, rows
-per decode step, prefill time and reused prompt tokens, with the speed-up against static. Writes JSON to --out.
+per decode step, prefill time and reused prompt tokens, with the speed-up against static. Greedy runs add a
+fourth mode, `continuous, no drafts` (`draft_tokens=0`): the default's speculative greedy steps
+(`toolgym.policies.ngram_draft`) switched off, and a column of the drafted tokens the model kept. Writes JSON to
+--out.
 
-    python benchmarks/bench_batching.py [--games 32] [--concurrency 8,32] [--max-tokens 200]
+    python benchmarks/bench_batching.py [--games 32] [--concurrency 8,32] [--max-tokens 200] [--temperature 1]
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from typing import Any
 
 MODES = [("static", {"batching": "static"}), ("continuous, no parked KV", {"batching": "continuous", "parked_kv_mb": 0}),
          ("continuous", {"batching": "continuous"})]
+GREEDY_MODES = [*MODES[:2], ("continuous, no drafts", {"batching": "continuous", "draft_tokens": 0}), MODES[2]]
 
 
-async def play(options: dict[str, Any], games: int, concurrency: int, max_tokens: int) -> tuple[list[Any], dict]:
+async def play(options: dict[str, Any], games: int, concurrency: int, max_tokens: int, temperature: float
+               ) -> tuple[list[Any], dict]:
     from toolgym_tictactoe import CHECKPOINT
 
     from toolgym.policies.hf import HFPolicy
     from toolgym.registry import load_env
     from toolgym.rollout import run_rollouts
 
-    policy = HFPolicy(CHECKPOINT, temperature=1.0, max_tokens=max_tokens, seed=3, **options)
+    policy = HFPolicy(CHECKPOINT, temperature=temperature, max_tokens=max_tokens, seed=3, **options)
     env = load_env("tictactoe", transport="inprocess")
     async with env:
         jobs = [(i, 0, t) for i, t in enumerate(env.build_dataset(games, seed=0))]
@@ -48,8 +54,10 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=32)
     ap.add_argument("--concurrency", default="8,32", help="comma-separated")
     ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--temperature", type=float, default=1.0, help="0: greedy, adds the `no drafts` mode")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_batching.json"))
     args = ap.parse_args()
+    modes = GREEDY_MODES if args.temperature <= 0 else MODES
     from rich.console import Console
     from rich.table import Table
 
@@ -57,8 +65,8 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for conc in (int(c) for c in args.concurrency.split(",")):
         runs = {}
-        for name, options in MODES:
-            trajs, st = asyncio.run(play(options, args.games, conc, args.max_tokens))
+        for name, options in modes:
+            trajs, st = asyncio.run(play(options, args.games, conc, args.max_tokens, args.temperature))
             errors = sum(t.error is not None for t in trajs)
             runs[name] = (trajs, st, errors)
         ref = runs["static"][0]
@@ -67,9 +75,10 @@ def main() -> None:
         if not same:
             raise SystemExit(f"concurrency {conc}: the batching modes sampled different games; no timings printed")
         base = runs["static"][1]["wall_s"]
-        t = Table(title=f"{args.games} tic-tac-toe games at concurrency {conc} (same traces in every mode)")
+        t = Table(title=f"{args.games} tic-tac-toe games at concurrency {conc}, temperature {args.temperature:g} "
+                        "(same traces in every mode)")
         for col in ("mode", "wall s", "vs static", "engine s", "decode steps", "rows / step", "prefill s",
-                    "prompt tokens reused", "errors"):
+                    "prompt tokens reused", "drafts kept", "errors"):
             t.add_column(col, justify="left" if col == "mode" else "right")
         for name, (_, st, errors) in runs.items():
             reused = st.get("reused_tokens", 0)
@@ -78,8 +87,10 @@ def main() -> None:
                       str(st.get("decode_steps", "-")),
                       f"{st['mean_decode_rows']:.1f}" if "mean_decode_rows" in st else f"{st['mean_batch_size']:.1f} per batch",
                       f"{st['prefill_s']:.2f}" if "prefill_s" in st else "-",
-                      f"{100 * reused / total:.0f} %" if total else "-", str(errors))
+                      f"{100 * reused / total:.0f} %" if total else "-",
+                      f"{st.get('accepted_tokens', 0)} / {st.get('drafted_tokens', 0)}", str(errors))
             results.append({"concurrency": conc, "mode": name, "games": args.games, "errors": errors,
+                            "temperature": args.temperature,
                             "speedup_vs_static": base / st["wall_s"], **st})
         con.print(t)
     args.out.parent.mkdir(parents=True, exist_ok=True)

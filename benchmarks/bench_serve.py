@@ -18,7 +18,9 @@ the clients are `mcp.Client` sessions over HTTP in this process, each calling `s
                  pool serve keeps for such servers
   transformers-forward
                  the default with `--model-arg lean_decode=false` (model policy only): every decode step through the
-                 transformers forward instead of `toolgym.policies.lean_decode`
+                 transformers forward instead of `toolgym.policies.lean_decode` (and so without drafts)
+  no-draft       the default with `--model-arg draft_tokens=0` (model policy only): the lean step without
+                 speculative greedy decoding (`toolgym.policies.ngram_draft`)
 
 Policies: `scripted` (`-m scripted:minimax`) and `model` (no `-m`: the embedded checkpoint, greedy). The ratio
 column divides each row's calls/s by `before`'s for the same policy and client count, measured in the same run;
@@ -67,9 +69,10 @@ CONFIGS = {
     "http": ["-a", "transport=http"],
     "stdio-rollout": ["-a", "transport=stdio", "-a", "session_scope=rollout"],
     "transformers-forward": ["--model-arg", "lean_decode=false"],
+    "no-draft": ["--model-arg", "draft_tokens=0"],
 }
 POLICIES = {"scripted": ["-m", "scripted:minimax"], "model": []}
-MODEL_ONLY = {"transformers-forward"}  # configurations that set a model option
+MODEL_ONLY = {"transformers-forward", "no-draft"}  # configurations that set a model option
 
 
 def code_paths(root: Path) -> list[str]:

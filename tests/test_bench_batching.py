@@ -27,3 +27,21 @@ def test_bench_batching_runs_and_checks_the_traces(tmp_path: Path) -> None:
     assert all(r["errors"] == 0 and r["generated_tokens"] > 0 for r in rows.values())
     assert len({r["generated_tokens"] for r in rows.values()}) == 1  # the same games, token for token
     assert rows["continuous, no parked KV"]["reused_tokens"] == 0 < rows["continuous"]["reused_tokens"]
+
+
+@pytest.mark.slow
+def test_bench_batching_greedy_adds_the_no_drafts_mode_with_the_same_traces(tmp_path: Path) -> None:
+    """Greedy games (as eval and serve play them): speculative steps keep drafted tokens and change no token."""
+    out = tmp_path / "g.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_batching.py"), "--games", "4",
+                           "--concurrency", "4", "--max-tokens", "200", "--temperature", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "same traces in every mode" in proc.stdout
+    rows = {r["mode"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"static", "continuous, no parked KV", "continuous, no drafts", "continuous"}
+    assert len({r["generated_tokens"] for r in rows.values()}) == 1
+    assert rows["continuous, no drafts"]["drafted_tokens"] == 0
+    assert 0 < rows["continuous"]["accepted_tokens"] <= rows["continuous"]["drafted_tokens"]
+    # each kept draft token is a decode step saved
+    assert rows["continuous"]["decode_steps"] < rows["continuous, no drafts"]["decode_steps"]

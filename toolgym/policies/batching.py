@@ -233,6 +233,8 @@ class ContinuousQueue(BatchQueue):
             self.prefill_s += st.get("prefill_s", 0.0)
             self.prefill_tokens += st.get("prefill_tokens", 0)
             self.reused_tokens += st.get("reused_tokens", 0)
+            self.drafted_tokens += st.get("drafted_tokens", 0)
+            self.accepted_tokens += st.get("accepted_tokens", 0)
             for t, o in done:
                 f = running.pop(t, None)
                 self.generated_tokens += len(o.token_ids)
@@ -247,6 +249,8 @@ class ContinuousQueue(BatchQueue):
         st["prefill_s"] = self.prefill_s
         st["prefill_tokens"] = self.prefill_tokens
         st["reused_tokens"] = self.reused_tokens  # prompt tokens whose KV came from the conversation's last turn
+        st["drafted_tokens"] = self.drafted_tokens  # speculative greedy steps: tokens drafted, and those the model kept
+        st["accepted_tokens"] = self.accepted_tokens
         return st
 
     def reset_stats(self) -> None:
@@ -254,3 +258,4 @@ class ContinuousQueue(BatchQueue):
         self.decode_steps = self.decode_rows = 0
         self.prefill_s = 0.0
         self.prefill_tokens = self.reused_tokens = 0
+        self.drafted_tokens = self.accepted_tokens = 0

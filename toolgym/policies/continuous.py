@@ -6,7 +6,10 @@ step writes column `end` for all rows, so a row occupies columns [row.start, end
 right-aligned at `end`. Position ids are per row (from its own token count), and the attention mask hides columns a
 row does not own, so results match a solo forward. A finished row's slot is filled by the last row (one row's KV
 copied). A finished row's KV is parked (`toolgym.policies.kv_cache.ParkedPool`): when the same conversation's next
-turn arrives, only its new tokens are run past the parked KV (`_extend`, all such rows in one forward).
+turn arrives, only its new tokens are run past the parked KV (`_extend`, all such rows in one forward). When every
+row is greedy and the engine has a drafter (`toolgym.policies.ngram_draft`), a step runs each row's next token and its
+drafted continuation in one forward (`_spec_step`) and keeps what the model's argmax agrees with; the columns a row
+does not keep are holes its mask hides, and a parked row keeps only the columns it attends.
 
 `ContinuousBatcher` is the base of `toolgym.policies.hf.HFEngine`, which supplies the model-facing primitives:
 `model`, `device`, `torch`, `pad_id`, `max_len`, `num_threads`, `rng` (for unseeded requests), `keeps_logits`,
@@ -83,13 +86,14 @@ class ContinuousBatcher:
     keeps_logits: bool
     sdpa: bool
     lean: Any = None  # a `toolgym.policies.lean_decode.LeanDecoder` where the model supports one
+    drafter: Any = None  # a `toolgym.policies.ngram_draft.NgramDrafter`: speculative greedy steps (needs `lean`)
 
     def __init__(self, parked_bytes: int, prefix_min: int = 0) -> None:
         self._lock = threading.Lock()
         self.rows: list[Row] = []
         self.slots = SlotBuffers()
         self.parked = ParkedPool(parked_bytes, prefix_min)
-        self._counts = {"prefill_tokens": 0, "reused_tokens": 0}
+        self._counts = {"prefill_tokens": 0, "reused_tokens": 0, "drafted_tokens": 0, "accepted_tokens": 0}
 
     def prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:  # pragma: no cover - supplied by HFEngine
         raise NotImplementedError
@@ -129,7 +133,7 @@ class ContinuousBatcher:
                 dropped = set(drop)
                 self._remove([j for j, r in enumerate(self.rows) if r.tag in dropped], park=False)
                 t0 = time.perf_counter()
-                self._counts = {"prefill_tokens": 0, "reused_tokens": 0}
+                self._counts = {"prefill_tokens": 0, "reused_tokens": 0, "drafted_tokens": 0, "accepted_tokens": 0}
                 done = self._admit(admit) if admit else []
                 t1 = time.perf_counter()
                 steps = rows = 0
@@ -294,6 +298,11 @@ class ContinuousBatcher:
         rows, sl = self.rows, self.slots
         s, e = sl.start, sl.end
         n = len(rows)
+        if self.drafter is not None and self.lean is not None and not self.model.training \
+                and all(r.req.params.temperature <= 0 and not r.req.allowed for r in rows):
+            drafts = self._drafts()
+            if drafts is not None:
+                return self._spec_step(drafts)
         sl.mask[:n, e] = 1
         dev = self.device
         ids = torch.tensor([[r.next_tok] for r in rows], dtype=torch.long, device=dev)
@@ -317,8 +326,86 @@ class ContinuousBatcher:
             r.out.token_ids.append(toks[j])
             r.out.logprobs.append(lps[j])
             r.next_tok, r.pos = toks[j], r.pos + 1
+            if self.drafter is not None:
+                self._learn(r, 1)
             if self.finished(r.req, r.out, r.budget):
                 fin.append(j)
+        return self._remove(fin)
+
+    # -- speculative greedy steps (`toolgym.policies.ngram_draft`) -------------------------------------------------
+    def _history(self, r: Row, n: int) -> list[int]:
+        """The last `n` tokens of row `r`'s prompt + output."""
+        out = r.out.token_ids
+        if len(out) >= n:
+            return out[len(out) - n :]
+        return list(r.req.prompt_ids[max(0, len(r.req.prompt_ids) - (n - len(out))) :]) + out
+
+    def _learn(self, r: Row, new: int) -> None:
+        """Teach the drafter row `r`'s last `new` tokens (after their contexts)."""
+        self.drafter.learn(self._history(r, self.drafter.longest + new), self.drafter.longest)
+
+    def _drafts(self) -> list[list[int]] | None:
+        """Each row's draft (its tokens after `next_tok`, within its budget), or None when no row has one or the
+        slot buffers lack the columns for a wider step (a step writes 1 + the longest draft columns for every row,
+        and the plain steps after it still need a column per remaining token)."""
+        drafts = []
+        for r in self.rows:
+            left = r.budget - len(r.out.token_ids)  # tokens this row may still generate after next_tok's
+            drafts.append(self.drafter.draft(self._history(r, self.drafter.longest), max(0, left - 1))
+                          if left > 1 else [])
+        width = 1 + max(len(d) for d in drafts)
+        if width == 1:
+            return None
+        sl = self.slots
+        rem = max(r.budget - len(r.out.token_ids) for r in self.rows)
+        if sl.end + width + rem > sl.keys[0].shape[2]:
+            return None
+        return drafts
+
+    def _spec_step(self, drafts: list[list[int]]) -> list[tuple[int, GenOutput]]:
+        """One forward over every row's `next_tok` and its draft; each row keeps its drafted tokens up to the first
+        the model's argmax disagrees with, plus the argmax there (greedy rows only: the tokens a plain step-by-step
+        greedy decode gives). The step takes 1 + the longest draft columns; the columns a row does not keep are
+        holes its mask hides."""
+        torch = self.torch
+        rows, sl = self.rows, self.slots
+        s, e = sl.start, sl.end
+        n = len(rows)
+        T = 1 + max(len(d) for d in drafts)
+        dev = self.device
+        ids = torch.tensor([[r.next_tok] + d + [self.pad_id] * (T - 1 - len(d)) for r, d in zip(rows, drafts)],
+                           dtype=torch.long, device=dev)
+        pos = torch.tensor([[r.pos] for r in rows], dtype=torch.long, device=dev) + torch.arange(T, device=dev)
+        mask = torch.empty((n, 1, T, e + T - s), dtype=torch.bool, device=dev)
+        mask[:, 0, :, : e - s] = sl.mask[:n, None, s:e]
+        # causal among the new tokens; a padding query attends like a real one (never an empty row: NaN-free KV)
+        mask[:, 0, :, e - s :] = torch.ones((T, T), dtype=torch.bool, device=dev).tril()
+        logits = self.lean.forward(ids, pos, sl.keys, sl.values, mask, n, s, e)
+        sl.end = e + T
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        best = logp.argmax(-1)
+        lps = logp.gather(2, best[..., None])[..., 0].tolist()
+        best = best.tolist()
+        fin = []
+        for j, (r, d) in enumerate(zip(rows, drafts)):
+            a = 0
+            while a < len(d) and d[a] == best[j][a]:
+                a += 1
+            self._counts["drafted_tokens"] += len(d)
+            kept = 0
+            for t in range(a + 1):
+                r.gen.random()  # as a plain greedy step draws: an unseeded request sharing the generator draws as before
+                r.out.token_ids.append(best[j][t])
+                r.out.logprobs.append(lps[j][t])
+                kept += 1
+                if self.finished(r.req, r.out, r.budget):
+                    fin.append(j)
+                    break
+            self._counts["accepted_tokens"] += kept - 1
+            # columns e .. e + kept - 1 hold the KV of next_tok and the kept drafted tokens before the last one
+            sl.mask[j, e : e + kept] = True
+            r.next_tok, r.pos = r.out.token_ids[-1], r.pos + kept
+            self._learn(r, kept)
         return self._remove(fin)
 
     def _remove(self, idx: list[int], park: bool = True) -> list[tuple[int, GenOutput]]:
@@ -350,7 +437,15 @@ class ContinuousBatcher:
         sl = self.slots
         s, e = row.start, sl.end
         tokens = tuple(row.req.prompt_ids) + tuple(row.out.token_ids[:-1])  # tokens whose KV exists (last not fed)
-        ks = [kb[j : j + 1, :, s:e].clone() for kb in sl.keys]
-        vs = [vb[j : j + 1, :, s:e].clone() for vb in sl.values]
+        mask = sl.mask[j, s:e]
+        if bool(mask.all()):
+            ks = [kb[j : j + 1, :, s:e].clone() for kb in sl.keys]
+            vs = [vb[j : j + 1, :, s:e].clone() for vb in sl.values]
+            mask = mask.clone()
+        else:  # only the columns the row attends (the holes of padding and of speculative steps dropped)
+            cols = mask.nonzero().flatten() + s
+            ks = [kb[j : j + 1, :, cols] for kb in sl.keys]
+            vs = [vb[j : j + 1, :, cols] for vb in sl.values]
+            mask = mask.new_ones(len(cols))
         size = sum(k.numel() * k.element_size() for k in ks) * 2
-        self.parked.park(ParkedKV(tokens, ks, vs, sl.mask[j, s:e].clone(), size))
+        self.parked.park(ParkedKV(tokens, ks, vs, mask, size))

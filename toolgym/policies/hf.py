@@ -26,6 +26,7 @@ from toolgym.policies.batching import GenOutput, GenRequest
 from toolgym.policies.continuous import ContinuousBatcher
 from toolgym.policies.kv_cache import expand_prefix_cache, preallocate_cache, shared_prefix_len
 from toolgym.policies.lean_decode import LeanDecoder
+from toolgym.policies.ngram_draft import NgramDrafter
 from toolgym.policies.model import ModelPolicy
 
 
@@ -62,7 +63,7 @@ class HFEngine(ContinuousBatcher):
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], max_len: int | None = None,
                  num_threads: int | None = None, parked_bytes: int = PARKED_BYTES, prefix_min: int = 0,
-                 lean_decode: bool = True):
+                 lean_decode: bool = True, draft_tokens: int = 0):
         import torch
 
         super().__init__(parked_bytes, prefix_min)
@@ -77,6 +78,9 @@ class HFEngine(ContinuousBatcher):
         self.keeps_logits = supports_logits_to_keep(model)
         self.sdpa = getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
         self.lean = LeanDecoder(model) if lean_decode and LeanDecoder.supports(model) else None
+        if draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be >= 0, not {draft_tokens}")
+        self.drafter = NgramDrafter(draft_tokens) if draft_tokens and self.lean is not None else None
 
     MIN_SHARED_PREFIX = 16  # shorter shared prompt prefixes are prefilled with the rest
 
@@ -261,6 +265,9 @@ class HFPolicy(ModelPolicy):
         lean_decode: Decode steps of continuous batching run the model's arithmetic in fewer Python steps than a
             transformers forward, for the architectures `toolgym.policies.lean_decode` supports (Llama, Qwen2/3,
             Mistral without sliding windows; others keep the transformers forward). False: always transformers.
+        draft_tokens: Speculative greedy decoding (continuous batching, lean decode step): up to this many tokens
+            per step are drafted from n-grams the engine generated before (`toolgym.policies.ngram_draft`) and
+            checked in one forward; the output stays the model's greedy output. 0: off. Sampled rows never draft.
     """
 
     name = "hf"
@@ -281,6 +288,7 @@ class HFPolicy(ModelPolicy):
         parked_kv_mb: float = 256,
         prefix_kv_min: int = 32,
         lean_decode: bool = True,
+        draft_tokens: int = 6,
         **options: Any,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -307,7 +315,7 @@ class HFPolicy(ModelPolicy):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.stop_ids[0]
         self.engine = HFEngine(model, pad, renderer.stop_ids, num_threads=_threads(model, num_threads),
                                parked_bytes=int(parked_kv_mb * 2**20), prefix_min=prefix_kv_min,
-                               lean_decode=lean_decode)
+                               lean_decode=lean_decode, draft_tokens=draft_tokens)
         options.setdefault("batching", "continuous")
         super().__init__(renderer, **options)
 

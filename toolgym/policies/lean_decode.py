@@ -95,37 +95,45 @@ class LeanDecoder:
         """Logits [n, vocab] for one new token per row: `ids`/`pos` [n, 1]; `keys`/`values` the per-layer slot
         buffers [slots, kv_heads, columns, head_dim] (the new token's key/value is written at column `e`);
         `mask` [n, 1, 1, e + 1 - s] bool, the columns [s, e] each row attends."""
+        return self.forward(ids, pos, keys, values, mask, n, s, e)[:, -1]
+
+    def forward(self, ids: Any, pos: Any, keys: list[Any], values: list[Any], mask: Any, n: int, s: int, e: int
+                ) -> Any:
+        """Logits [n, T, vocab] for T new tokens per row (`ids`/`pos` [n, T]): their keys/values are written at
+        columns [e, e + T) and `mask` [n, 1, T, e + T - s] says which of the columns [s, e + T) each new token
+        attends (a speculative step verifies T - 1 drafted tokens at once; `step` is T = 1)."""
         torch, F = self.torch, self.F
         D, Hq, Hk = self.head_dim, self.n_heads, self.n_kv
-        h = self.embed.weight[ids[:, 0]][:, None, :]  # [n, 1, hidden]
-        cos, sin = self.rotary(h, pos)  # [n, 1, D]
-        cos, sin = cos[:, None], sin[:, None]  # [n, 1, 1, D]
+        T = ids.shape[1]
+        h = self.embed.weight[ids]  # [n, T, hidden]
+        cos, sin = self.rotary(h, pos)  # [n, T, D]
+        cos, sin = cos[:, None], sin[:, None]  # [n, 1, T, D]
         half = D // 2
         gqa = Hq != Hk
         for li, la in enumerate(self.layers):
             att, mlp = la.self_attn, la.mlp
             eps1, eps2 = self.eps[li]
             x = self._rms(h, la.input_layernorm.weight, eps1)
-            q = F.linear(x, att.q_proj.weight, att.q_proj.bias).view(n, 1, Hq, D).transpose(1, 2)
-            k = F.linear(x, att.k_proj.weight, att.k_proj.bias).view(n, 1, Hk, D).transpose(1, 2)
-            v = F.linear(x, att.v_proj.weight, att.v_proj.bias).view(n, 1, Hk, D).transpose(1, 2)
+            q = F.linear(x, att.q_proj.weight, att.q_proj.bias).view(n, T, Hq, D).transpose(1, 2)
+            k = F.linear(x, att.k_proj.weight, att.k_proj.bias).view(n, T, Hk, D).transpose(1, 2)
+            v = F.linear(x, att.v_proj.weight, att.v_proj.bias).view(n, T, Hk, D).transpose(1, 2)
             if self.qk_norm:
                 q = self._rms(q, att.q_norm.weight, float(att.q_norm.variance_epsilon))
                 k = self._rms(k, att.k_norm.weight, float(att.k_norm.variance_epsilon))
             q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
             k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
             kb, vb = keys[li], values[li]
-            kb[:n, :, e : e + 1] = k
-            vb[:n, :, e : e + 1] = v
-            o = F.scaled_dot_product_attention(q, kb[:n, :, s : e + 1], vb[:n, :, s : e + 1], attn_mask=mask,
+            kb[:n, :, e : e + T] = k
+            vb[:n, :, e : e + T] = v
+            o = F.scaled_dot_product_attention(q, kb[:n, :, s : e + T], vb[:n, :, s : e + T], attn_mask=mask,
                                                scale=self.scaling, enable_gqa=gqa)
-            h = h + F.linear(o.transpose(1, 2).reshape(n, 1, Hq * D), att.o_proj.weight, att.o_proj.bias)
+            h = h + F.linear(o.transpose(1, 2).reshape(n, T, Hq * D), att.o_proj.weight, att.o_proj.bias)
             x = self._rms(h, la.post_attention_layernorm.weight, eps2)
             g = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
             u = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
             h = h + F.linear(F.silu(g) * u, mlp.down_proj.weight, mlp.down_proj.bias)
         h = self._rms(h, self.norm.weight, self.final_eps)
-        return F.linear(h[:, 0], self.lm_head.weight, getattr(self.lm_head, "bias", None))
+        return F.linear(h, self.lm_head.weight, getattr(self.lm_head, "bias", None))
 
 
 __all__ = ["SUPPORTED", "LeanDecoder"]
