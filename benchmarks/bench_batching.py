@@ -2,14 +2,14 @@
 of the committed model (0.9M, fp32, 1 thread) through the real MCP server, seeded, temperature 1 (or, with
 `--temperature 0`, greedy as `toolgym eval` and `toolgym serve` play).
 
-For each concurrency, the same games are played three times in one process: `batching="static"` (the baseline: each
+For each concurrency, the same games are played four times in one process: `batching="static"` (the baseline: each
 batch runs until its longest row ends), `batching="continuous"` with `parked_kv_mb=0` (rows join and leave the
-running batch; every turn prefills its whole prompt), and `batching="continuous"` (the default: a game's next turn
-extends its parked KV). The bench checks that the three produce the same token traces before it prints timings
-(seeded sampling draws the same tokens whatever the batch), then prints wall time, engine time, decode steps, rows
-per decode step, prefill time and reused prompt tokens, with the speed-up against static. Greedy runs add a
-fourth mode, `continuous, no drafts` (`draft_tokens=0`): the default's speculative greedy steps
-(`toolgym.policies.ngram_draft`) switched off, and a column of the drafted tokens the model kept. Writes JSON to
+running batch; every turn prefills its whole prompt), `batching="continuous"` with `draft_tokens=0` (a game's next
+turn extends its parked KV; one token per row per decode step) and `batching="continuous"` (the default: also
+speculative steps, `toolgym.policies.ngram_draft`). The bench checks that the four produce the same token traces
+before it prints timings (seeded sampling draws the same tokens whatever the batch, and a speculative step keeps
+only drafted tokens equal to what the row draws), then prints wall time, engine time, decode steps, rows per decode
+step, prefill time, reused prompt tokens and drafted tokens kept, with the speed-up against static. Writes JSON to
 --out.
 
     python benchmarks/bench_batching.py [--games 32] [--concurrency 8,32] [--max-tokens 200] [--temperature 1]
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 MODES = [("static", {"batching": "static"}), ("continuous, no parked KV", {"batching": "continuous", "parked_kv_mb": 0}),
+         ("continuous, no drafts", {"batching": "continuous", "draft_tokens": 0}),
          ("continuous", {"batching": "continuous"})]
-GREEDY_MODES = [*MODES[:2], ("continuous, no drafts", {"batching": "continuous", "draft_tokens": 0}), MODES[2]]
 
 
 async def play(options: dict[str, Any], games: int, concurrency: int, max_tokens: int, temperature: float
@@ -54,10 +54,9 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=32)
     ap.add_argument("--concurrency", default="8,32", help="comma-separated")
     ap.add_argument("--max-tokens", type=int, default=200)
-    ap.add_argument("--temperature", type=float, default=1.0, help="0: greedy, adds the `no drafts` mode")
+    ap.add_argument("--temperature", type=float, default=1.0, help="0: greedy, as eval and serve play")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_batching.json"))
     args = ap.parse_args()
-    modes = GREEDY_MODES if args.temperature <= 0 else MODES
     from rich.console import Console
     from rich.table import Table
 
@@ -65,7 +64,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for conc in (int(c) for c in args.concurrency.split(",")):
         runs = {}
-        for name, options in modes:
+        for name, options in MODES:
             trajs, st = asyncio.run(play(options, args.games, conc, args.max_tokens, args.temperature))
             errors = sum(t.error is not None for t in trajs)
             runs[name] = (trajs, st, errors)

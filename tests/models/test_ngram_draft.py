@@ -5,7 +5,8 @@ architecture the lean step claims (tiny random Qwen2, Qwen3, Llama built offline
 speculative forward's logits equal the model's own transformers forward of the same tokens on a copy of the same slot
 buffers; whole greedy generations with drafts equal those without, and equal solo static generation, with rows
 joining a running batch, budgets and stop tokens cutting drafts short, and a conversation's next turn reusing KV whose
-columns had holes (parked without them). Sampled rows never draft."""
+columns had holes (parked without them). Seeded sampled and constrained rows draw the same tokens with drafts as
+without."""
 
 from __future__ import annotations
 
@@ -170,12 +171,23 @@ def test_a_next_turn_reuses_parked_kv_of_speculative_steps_and_matches_static_ge
         assert second[i].token_ids == ref.token_ids, i
 
 
-def test_sampled_rows_never_draft_and_sample_as_before() -> None:
-    model = _model("qwen2")
-    reqs = _requests(6, seed=7, temperature=1.0)
-    outs = {}
+@pytest.mark.parametrize("kind", KINDS)
+def test_seeded_sampled_and_constrained_rows_draw_the_same_tokens_with_drafts(kind: str) -> None:
+    """A speculative step draws each position's token as a plain step does (one uniform per token from the row's
+    own generator), so seeded sampling gives the same tokens with drafts, without them and alone in a static batch;
+    in a batch mixing greedy, sampled (top-p, top-k) and constrained rows too."""
+    model = _model(kind)
+    reqs = _requests(8, seed=7, temperature=0.8)
+    reqs[1].params.top_p, reqs[2].params.top_k, reqs[3].params.temperature = 0.9, 5, 0.0
+    reqs[4] = GenRequest(reqs[4].prompt_ids, SamplingParams(temperature=1.0, max_tokens=12, seed=4),
+                         allowed=[[5, 6, 7, 8, 1], [5, 6, 9, 1], [3, 3, 3, 3, 3, 3, 1]])
+    outs, counts = {}, {}
     for k in (0, 6):
-        outs[k], counts = _run(HFEngine(model, pad_id=0, stop_ids=STOP, draft_tokens=k), reqs)
-        assert counts["drafted_tokens"] == 0
-    assert all(outs[0][i].token_ids == outs[6][i].token_ids for i in range(6))
-    assert len({tuple(outs[6][i].token_ids) for i in range(6)}) > 1
+        outs[k], counts[k] = _run(HFEngine(model, pad_id=0, stop_ids=STOP, draft_tokens=k), reqs)
+    solo = [HFEngine(model, pad_id=0, stop_ids=STOP, draft_tokens=0).generate_batch([r])[0] for r in reqs]
+    for i in range(8):
+        assert outs[6][i].token_ids == outs[0][i].token_ids == solo[i].token_ids, i
+        assert max(abs(x - y) for x, y in zip(outs[6][i].logprobs, solo[i].logprobs)) < 1e-4
+    assert outs[6][4].token_ids in reqs[4].allowed
+    assert counts[0]["drafted_tokens"] == 0 and 0 < counts[6]["accepted_tokens"] < counts[6]["drafted_tokens"]
+    assert len({tuple(outs[6][i].token_ids) for i in range(8)}) > 4

@@ -249,7 +249,7 @@ class ContinuousQueue(BatchQueue):
         st["prefill_s"] = self.prefill_s
         st["prefill_tokens"] = self.prefill_tokens
         st["reused_tokens"] = self.reused_tokens  # prompt tokens whose KV came from the conversation's last turn
-        st["drafted_tokens"] = self.drafted_tokens  # speculative greedy steps: tokens drafted, and those the model kept
+        st["drafted_tokens"] = self.drafted_tokens  # speculative steps: tokens drafted, and those kept
         st["accepted_tokens"] = self.accepted_tokens
         return st
 

@@ -6,10 +6,11 @@ step writes column `end` for all rows, so a row occupies columns [row.start, end
 right-aligned at `end`. Position ids are per row (from its own token count), and the attention mask hides columns a
 row does not own, so results match a solo forward. A finished row's slot is filled by the last row (one row's KV
 copied). A finished row's KV is parked (`toolgym.policies.kv_cache.ParkedPool`): when the same conversation's next
-turn arrives, only its new tokens are run past the parked KV (`_extend`, all such rows in one forward). When every
-row is greedy and the engine has a drafter (`toolgym.policies.ngram_draft`), a step runs each row's next token and its
-drafted continuation in one forward (`_spec_step`) and keeps what the model's argmax agrees with; the columns a row
-does not keep are holes its mask hides, and a parked row keeps only the columns it attends.
+turn arrives, only its new tokens are run past the parked KV (`_extend`, all such rows in one forward). When the
+engine has a drafter (`toolgym.policies.ngram_draft`), a step runs each row's next token and its drafted continuation
+in one forward (`_spec_step`) and keeps the drafted tokens that equal what the row draws at their positions (the
+tokens of plain decoding); the columns a row does not keep are holes its mask hides, and a parked row keeps only the
+columns it attends.
 
 `ContinuousBatcher` is the base of `toolgym.policies.hf.HFEngine`, which supplies the model-facing primitives:
 `model`, `device`, `torch`, `pad_id`, `max_len`, `num_threads`, `rng` (for unseeded requests), `keeps_logits`,
@@ -86,7 +87,7 @@ class ContinuousBatcher:
     keeps_logits: bool
     sdpa: bool
     lean: Any = None  # a `toolgym.policies.lean_decode.LeanDecoder` where the model supports one
-    drafter: Any = None  # a `toolgym.policies.ngram_draft.NgramDrafter`: speculative greedy steps (needs `lean`)
+    drafter: Any = None  # a `toolgym.policies.ngram_draft.NgramDrafter`: speculative steps (needs `lean`)
 
     def __init__(self, parked_bytes: int, prefix_min: int = 0) -> None:
         self._lock = threading.Lock()
@@ -298,8 +299,7 @@ class ContinuousBatcher:
         rows, sl = self.rows, self.slots
         s, e = sl.start, sl.end
         n = len(rows)
-        if self.drafter is not None and self.lean is not None and not self.model.training \
-                and all(r.req.params.temperature <= 0 and not r.req.allowed for r in rows):
+        if self.drafter is not None and self.lean is not None and not self.model.training:
             drafts = self._drafts()
             if drafts is not None:
                 return self._spec_step(drafts)
@@ -332,7 +332,7 @@ class ContinuousBatcher:
                 fin.append(j)
         return self._remove(fin)
 
-    # -- speculative greedy steps (`toolgym.policies.ngram_draft`) -------------------------------------------------
+    # -- speculative steps (`toolgym.policies.ngram_draft`) --------------------------------------------------------
     def _history(self, r: Row, n: int) -> list[int]:
         """The last `n` tokens of row `r`'s prompt + output."""
         out = r.out.token_ids
@@ -363,10 +363,12 @@ class ContinuousBatcher:
         return drafts
 
     def _spec_step(self, drafts: list[list[int]]) -> list[tuple[int, GenOutput]]:
-        """One forward over every row's `next_tok` and its draft; each row keeps its drafted tokens up to the first
-        the model's argmax disagrees with, plus the argmax there (greedy rows only: the tokens a plain step-by-step
-        greedy decode gives). The step takes 1 + the longest draft columns; the columns a row does not keep are
-        holes its mask hides."""
+        """One forward over every row's `next_tok` and its draft, then each row's tokens drawn position by position
+        as a plain step draws them (`sample`, one uniform from the row's own generator per token): a row keeps its
+        drafted tokens while each equals the token drawn at its position, and the token drawn where one differs.
+        So a row generates exactly the tokens of plain step-by-step decoding -- greedy or seeded sampling alike --
+        in fewer forwards when drafts are right. The step takes 1 + the longest draft columns; the columns a row
+        does not keep are holes its mask hides."""
         torch = self.torch
         rows, sl = self.rows, self.slots
         s, e = sl.start, sl.end
@@ -382,31 +384,59 @@ class ContinuousBatcher:
         mask[:, 0, :, e - s :] = torch.ones((T, T), dtype=torch.bool, device=dev).tril()
         logits = self.lean.forward(ids, pos, sl.keys, sl.values, mask, n, s, e)
         sl.end = e + T
+        kept = [0] * n
+        fin: list[int] = []
+        if all(r.req.params.temperature <= 0 and not r.req.allowed for r in rows):
+            self._keep_greedy(logits, drafts, kept, fin)
+        else:
+            live = list(range(n))  # rows whose tokens so far all equalled their drafts
+            for t in range(T):
+                if not live:
+                    break
+                idx = torch.tensor(live, dtype=torch.long, device=dev)
+                toks, lps = self.sample(logits[idx, t], [rows[j].req for j in live], [rows[j].gen for j in live],
+                                        [rows[j].out.token_ids for j in live])
+                still = []
+                for x, j in enumerate(live):
+                    r = rows[j]
+                    r.out.token_ids.append(toks[x])
+                    r.out.logprobs.append(lps[x])
+                    kept[j] += 1
+                    if self.finished(r.req, r.out, r.budget):
+                        fin.append(j)
+                    elif t < len(drafts[j]) and drafts[j][t] == toks[x]:
+                        still.append(j)
+                live = still
+        for j, r in enumerate(rows):
+            self._counts["drafted_tokens"] += len(drafts[j])
+            self._counts["accepted_tokens"] += kept[j] - 1
+            # columns e .. e + kept - 1 hold the KV of next_tok and the kept drafted tokens before the last one
+            sl.mask[j, e : e + kept[j]] = True
+            r.next_tok, r.pos = r.out.token_ids[-1], r.pos + kept[j]
+            self._learn(r, kept[j])
+        return self._remove(fin)
+
+    def _keep_greedy(self, logits: Any, drafts: list[list[int]], kept: list[int], fin: list[int]) -> None:
+        """`_spec_step`'s draws when every row is greedy and unconstrained, in a few tensor ops for all positions:
+        the argmax (and its log-prob) at each position, a row's uniform still drawn per token as a plain greedy
+        step draws it (an unseeded request sharing the engine's generator then draws as before)."""
+        torch = self.torch
         logp = torch.log_softmax(logits.float(), dim=-1)
         best = logp.argmax(-1)
         lps = logp.gather(2, best[..., None])[..., 0].tolist()
         best = best.tolist()
-        fin = []
-        for j, (r, d) in enumerate(zip(rows, drafts)):
+        for j, (r, d) in enumerate(zip(self.rows, drafts)):
             a = 0
             while a < len(d) and d[a] == best[j][a]:
                 a += 1
-            self._counts["drafted_tokens"] += len(d)
-            kept = 0
             for t in range(a + 1):
-                r.gen.random()  # as a plain greedy step draws: an unseeded request sharing the generator draws as before
+                r.gen.random()
                 r.out.token_ids.append(best[j][t])
                 r.out.logprobs.append(lps[j][t])
-                kept += 1
+                kept[j] += 1
                 if self.finished(r.req, r.out, r.budget):
                     fin.append(j)
                     break
-            self._counts["accepted_tokens"] += kept - 1
-            # columns e .. e + kept - 1 hold the KV of next_tok and the kept drafted tokens before the last one
-            sl.mask[j, e : e + kept] = True
-            r.next_tok, r.pos = r.out.token_ids[-1], r.pos + kept
-            self._learn(r, kept)
-        return self._remove(fin)
 
     def _remove(self, idx: list[int], park: bool = True) -> list[tuple[int, GenOutput]]:
         """Take rows out (their outputs returned; their KV parked unless `park` is False); the last row moves into

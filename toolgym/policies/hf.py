@@ -265,9 +265,10 @@ class HFPolicy(ModelPolicy):
         lean_decode: Decode steps of continuous batching run the model's arithmetic in fewer Python steps than a
             transformers forward, for the architectures `toolgym.policies.lean_decode` supports (Llama, Qwen2/3,
             Mistral without sliding windows; others keep the transformers forward). False: always transformers.
-        draft_tokens: Speculative greedy decoding (continuous batching, lean decode step): up to this many tokens
-            per step are drafted from n-grams the engine generated before (`toolgym.policies.ngram_draft`) and
-            checked in one forward; the output stays the model's greedy output. 0: off. Sampled rows never draft.
+        draft_tokens: Speculative decoding (continuous batching, lean decode step): up to this many tokens per row
+            and step are drafted from n-grams the engine generated before (`toolgym.policies.ngram_draft`) and
+            checked in one forward; a row keeps the drafted tokens equal to what it draws at their positions, so
+            its tokens are those of plain decoding, greedy or seeded sampling alike. 0: off.
     """
 
     name = "hf"

@@ -1,4 +1,4 @@
-"""Draft tokens for speculative greedy decoding from the n-grams the engine has already generated.
+"""Draft tokens for speculative decoding from the n-grams the engine has already generated.
 
 A tool-calling model's turns repeat themselves: the tic-tac-toe model writes the same eight line labels, the same
 "No threats. X forks: none." and the same `<tool_call>` scaffolding in every turn, and a call's JSON keys are the same
@@ -6,12 +6,13 @@ from call to call. `NgramDrafter` remembers, for the last N tokens of every sequ
 the token that came next (the most recent one), and drafts a row's next tokens by following those continuations from
 the row's own last tokens, longest context first. There is no draft model: a draft costs a few dictionary lookups.
 
-The continuous batch (`toolgym.policies.continuous`) runs each greedy row's next token and its draft through the
-model in one forward and keeps the drafted tokens up to the first one the model's own argmax disagrees with, plus
-the model's token there: the output is the model's greedy output (the same tokens a step-by-step decode gives, up to
-floating-point rounding between a one-token and a many-token forward), in fewer forwards when drafts are right. In
-the literature: prompt-lookup / n-gram speculative decoding, with the lookup table spanning past outputs as in
-suffix decoding.
+The continuous batch (`toolgym.policies.continuous`) runs each row's next token and its draft through the model in
+one forward, draws each position's token as a plain step would (argmax, or one uniform from the row's own generator),
+and keeps the drafted tokens while each equals the token drawn at its position, plus the token drawn where one
+differs: the row's tokens are those of step-by-step decoding (up to floating-point rounding between a one-token and a
+many-token forward), in fewer forwards when drafts are right. A deterministic draft accepted exactly when it equals
+the token drawn is the special case of speculative sampling with a one-hot draft distribution. In the literature:
+prompt-lookup / n-gram speculative decoding, with the lookup table spanning past outputs as in suffix decoding.
 """
 
 from __future__ import annotations
