@@ -301,6 +301,8 @@ def tasks_train_cmd(
     seed: int = typer.Option(0, "--seed"),
     concurrency: int = typer.Option(8, "-c", "--concurrency", min=1),
     num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads for SFT and GRPO."),
+    augment: int = typer.Option(0, "--augment", min=0, help="SFT on each teacher row plus this many copies with fresh "
+                                "values for the strings the request states (copying, not memorising); 0: off."),
 ) -> None:
     """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
     tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
@@ -315,7 +317,7 @@ def tasks_train_cmd(
         _fail(f"env config {env_config} not found")
     opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
                          gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
-                         concurrency=concurrency, num_threads=num_threads)
+                         concurrency=concurrency, num_threads=num_threads, augment=augment)
     bars: dict[str, Any] = {}
     with _progress() as prog:
         def progress(name: str, r: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ Phases, each skipped when its output exists (re-run a phase by deleting it):
 3. `synth`: teacher data -- the answer key replays each task's expected calls through the live server and answers
    with what the result says (the `correct` reward's rule) -> `teacher.jsonl`;
 4. `sft`: fine-tuning from the base (default: the tool-calling base shipped in `toolgym.models`) -> `sft/final`;
+   with `augment` K > 0, on the teacher rows and K fresh-value copies of each (`toolgym.train.augment`) ->
+   `teacher.aug.jsonl`;
 5. `grpo`: GRPO from the SFT model on the training tasks, held-out evals along the way -> `grpo/final`;
 6. `eval`: the base, SFT and GRPO models on the held-out tasks (greedy) -> `eval/<phase>/`, and the report:
    `report.json`, `report.md` (rates with 95 % Wilson intervals, beside what trivial players score) and
@@ -56,6 +58,7 @@ class RecipeOptions:
     eval_models: tuple[str, ...] = ("base", "sft", "grpo")
     concurrency: int = 8
     num_threads: int | None = None
+    augment: int = 0  # fresh-value copies per teacher row for SFT (`toolgym.train.augment`); 0 = off
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
@@ -123,6 +126,26 @@ def teacher_policy(name: str = "scripted:generated-teacher") -> Any:
 def string_values(tasks: list[dict[str, Any]]) -> set[str]:
     """Every string argument value of the tasks' expected calls."""
     return {v[0] for t in tasks for c in t["expected_calls"] for v in c["arguments"].values() if isinstance(v[0], str)}
+
+
+def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int) -> Path:
+    """`teacher.aug.jsonl` beside `teacher`: each row and `k` fresh-value copies (`toolgym.train.augment`), no value
+    drawn equal to a held-out task's; its counts in `teacher.aug.summary.json`. Rewritten when k or seed differ."""
+    from toolgym.train.augment import augment_rows
+
+    dest = teacher.with_name("teacher.aug.jsonl")
+    summary = teacher.with_name("teacher.aug.summary.json")
+    if dest.exists() and summary.exists() and json.loads(summary.read_text()).get("k") == k \
+            and json.loads(summary.read_text()).get("seed") == seed:
+        return dest
+    rows = [json.loads(x) for x in teacher.read_text(encoding="utf-8").splitlines() if x.strip()]
+    held = [json.loads(x) for x in heldout.read_text(encoding="utf-8").splitlines() if x.strip()]
+    out, counts = augment_rows(rows, k, seed=seed, exclude=string_values(held))
+    tmp = dest.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out), encoding="utf-8")
+    tmp.replace(dest)
+    summary.write_text(json.dumps({"k": k, "seed": seed, **counts}, indent=2))
+    return dest
 
 
 _LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|true|false')
@@ -329,8 +352,12 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         from toolgym.train.config import SFTConfig
         from toolgym.train.sft import run_sft
 
+        data = teacher
+        if opts.augment:
+            data = augmented_teacher(teacher, heldout, opts.augment, opts.seed)
+            log(f"augment: {opts.augment} fresh-value copies per teacher row -> {data}")
         cfg = SFTConfig.model_validate({
-            "model": base, "output_dir": out / "sft", "data": [teacher], "epochs": 2.0, "batch_size": 16,
+            "model": base, "output_dir": out / "sft", "data": [data], "epochs": 2.0, "batch_size": 16,
             "micro_batch_size": 8, "learning_rate": 1e-3, "lr_schedule": "cosine", "warmup_steps": 10,
             "save_every": 100, "keep_checkpoints": 2, "seed": opts.seed, "num_threads": opts.num_threads, **opts.sft})
         res = timed("sft", lambda: run_sft(cfg, resume=(out / "sft" / "checkpoints").exists(), on_step=tick("sft")))

@@ -1,0 +1,93 @@
+"""Fresh-value copies of teacher conversations (`toolgym.train.augment`), on constructed rows shaped like synth's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolgym.train.augment import augment_rows, copied_values
+
+TOOLS = [{"type": "function", "function": {"name": "save_note", "description": "Save a note.", "parameters": {
+    "type": "object", "properties": {
+        "title": {"type": "string", "description": "The note's title."},
+        "body": {"type": "string", "description": "The text of the note."},
+        "color": {"type": "string", "enum": ["red", "blue"]},
+        "at": {"type": "string", "description": "Time (HH:MM)"},
+        "day": {"type": "string", "format": "date"}}}}}]
+
+
+def _row(title: str = "Vormak tesh", body: str = "pack the lantern") -> dict:
+    args = {"title": title, "body": body, "color": "red", "at": "09:30", "day": "2026-01-02"}
+    return {"example_id": 7, "tools": TOOLS, "messages": [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": f'Save a note titled "{title}" with body "{body}", color "red", at "09:30" on '
+                                    f'"2026-01-02". Then tell me its title. (Not {title}x.)'},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function", "function": {
+            "name": "save_note", "arguments": json.dumps(args)}}]},
+        {"role": "tool", "tool_call_id": "call_0", "name": "save_note",
+         "content": f"Saved note {title!r} ({len(body)} characters) at 09:30."},
+        {"role": "assistant", "content": f"<answer>{title}</answer>"}]}
+
+
+def test_copies_replace_each_stated_free_value_everywhere_and_nothing_else() -> None:
+    row = _row()
+    assert set(copied_values(row)) == {"Vormak tesh", "pack the lantern"}  # not the enum, the time or the date
+    before = json.dumps(row)
+    rows, counts = augment_rows([row], k=3, seed=1, exclude={"held out"})
+    assert json.dumps(row) == before and rows[0] is row  # the original first, unchanged
+    assert counts == {"rows": 1, "with_values": 1, "copies": 3} and len(rows) == 4
+    titles = set()
+    for c in rows[1:]:
+        new_title, new_body = c["augmented"]["values"]["Vormak tesh"], c["augmented"]["values"]["pack the lantern"]
+        titles.add(new_title)
+        assert new_title not in ("Vormak tesh", "held out") and new_body != "pack the lantern"
+        args = json.loads(c["messages"][2]["tool_calls"][0]["function"]["arguments"])
+        assert args == {"title": new_title, "body": new_body, "color": "red", "at": "09:30", "day": "2026-01-02"}
+        user = c["messages"][1]["content"]
+        assert f'"{new_title}"' in user and f'"{new_body}"' in user and user.count("Vormak") == 1
+        assert f"(Not {new_title}x.)" not in user and "(Not Vormak teshx.)" in user  # part of a longer word: kept
+        assert c["messages"][3]["content"].startswith(f"Saved note {new_title!r}")
+        assert c["messages"][4]["content"] == f"<answer>{new_title}</answer>"
+    assert len(titles) == 3  # each copy draws its own values
+
+
+def test_rows_without_a_value_to_copy_stay_single_and_the_draws_are_seeded() -> None:
+    plain = _row()
+    plain["messages"][1]["content"] = "Save the usual note."  # the request states no value: nothing is copied
+    rows, counts = augment_rows([plain, _row()], k=2, seed=5)
+    assert counts == {"rows": 2, "with_values": 1, "copies": 2} and rows[0] is plain
+    again, _ = augment_rows([plain, _row()], k=2, seed=5)
+    assert [r.get("augmented") for r in rows] == [r.get("augmented") for r in again]
+    other, _ = augment_rows([plain, _row()], k=2, seed=6)
+    assert [r.get("augmented") for r in rows] != [r.get("augmented") for r in other]
+    assert augment_rows([_row()], k=0)[0] == [_row()]
+    with pytest.raises(ValueError, match="k must be"):
+        augment_rows([_row()], k=-1)
+
+
+def test_the_recipe_writes_the_augmented_teacher_file_without_held_out_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from toolgym.train.recipe import augmented_teacher
+
+    teacher, heldout = tmp_path / "teacher.jsonl", tmp_path / "tasks.heldout.jsonl"
+    teacher.write_text("".join(json.dumps(_row(f"name{i}x", f"body of {i}")) + "\n" for i in range(5)))
+    held = [{"expected_calls": [{"name": "save_note", "arguments": {"title": [f"held{i}"]}}]} for i in range(3)]
+    heldout.write_text("".join(json.dumps(t) + "\n" for t in held))
+    path = augmented_teacher(teacher, heldout, k=2, seed=0)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert path.name == "teacher.aug.jsonl" and len(rows) == 15
+    drawn = {v for r in rows if "augmented" in r for v in r["augmented"]["values"].values()}
+    assert len(drawn) == 20 and not drawn & {"held0", "held1", "held2"}
+    summary = json.loads((tmp_path / "teacher.aug.summary.json").read_text())
+    assert summary == {"k": 2, "seed": 0, "rows": 5, "with_values": 5, "copies": 10}
+    mtime = path.stat().st_mtime_ns
+    assert augmented_teacher(teacher, heldout, k=2, seed=0) == path and path.stat().st_mtime_ns == mtime  # reused
+    augmented_teacher(teacher, heldout, k=1, seed=0)  # another k: rewritten
+    assert len(path.read_text().splitlines()) == 10
+
+
+def test_a_value_in_exclude_is_never_drawn() -> None:
+    rows, _ = augment_rows([_row()], k=1, seed=3)
+    first = rows[1]["augmented"]["values"]
+    again, _ = augment_rows([_row()], k=1, seed=3, exclude=set(first.values()))
+    assert not set(again[1]["augmented"]["values"].values()) & set(first.values())
