@@ -191,3 +191,14 @@ def test_seeded_sampled_and_constrained_rows_draw_the_same_tokens_with_drafts(ki
     assert outs[6][4].token_ids in reqs[4].allowed
     assert counts[0]["drafted_tokens"] == 0 and 0 < counts[6]["accepted_tokens"] < counts[6]["drafted_tokens"]
     assert len({tuple(outs[6][i].token_ids) for i in range(8)}) > 4
+
+
+def test_the_engine_learns_from_the_first_tokens_of_a_short_prompt() -> None:
+    """Contexts that start in the prompt are learnt too, also when prompt + output are shorter than the longest
+    order: the prompt's last two tokens -> the first generated token."""
+    eng = HFEngine(_model("qwen2"), pad_id=0, stop_ids=STOP, draft_tokens=6)
+    done, _ = _run(eng, [GenRequest([5, 6], SamplingParams(temperature=0.0, max_tokens=3))])
+    out = done[0].token_ids
+    assert len(out) >= 2
+    assert eng.drafter.tables[2][(6, out[0])] == out[1]
+    assert eng.drafter.tables[3][(5, 6, out[0])] == out[1]

@@ -342,7 +342,8 @@ class ContinuousBatcher:
 
     def _learn(self, r: Row, new: int) -> None:
         """Teach the drafter row `r`'s last `new` tokens (after their contexts)."""
-        self.drafter.learn(self._history(r, self.drafter.longest + new), self.drafter.longest)
+        seq = self._history(r, self.drafter.longest + new)  # shorter when prompt + output are
+        self.drafter.learn(seq, len(seq) - new)
 
     def _drafts(self) -> list[list[int]] | None:
         """Each row's draft (its tokens after `next_tok`, within its budget), or None when no row has one or the
