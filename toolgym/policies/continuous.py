@@ -89,12 +89,15 @@ class ContinuousBatcher:
     lean: Any = None  # a `toolgym.policies.lean_decode.LeanDecoder` where the model supports one
     drafter: Any = None  # a `toolgym.policies.ngram_draft.NgramDrafter`: speculative steps (needs `lean`)
 
+    # per-`run_until` counters, returned with its step counts
+    COUNTERS = ("prefill_tokens", "reused_tokens", "drafted_tokens", "accepted_tokens")
+
     def __init__(self, parked_bytes: int, prefix_min: int = 0) -> None:
         self._lock = threading.Lock()
         self.rows: list[Row] = []
         self.slots = SlotBuffers()
         self.parked = ParkedPool(parked_bytes, prefix_min)
-        self._counts = {"prefill_tokens": 0, "reused_tokens": 0, "drafted_tokens": 0, "accepted_tokens": 0}
+        self._counts = dict.fromkeys(self.COUNTERS, 0)
 
     def prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:  # pragma: no cover - supplied by HFEngine
         raise NotImplementedError
@@ -134,7 +137,7 @@ class ContinuousBatcher:
                 dropped = set(drop)
                 self._remove([j for j, r in enumerate(self.rows) if r.tag in dropped], park=False)
                 t0 = time.perf_counter()
-                self._counts = {"prefill_tokens": 0, "reused_tokens": 0, "drafted_tokens": 0, "accepted_tokens": 0}
+                self._counts = dict.fromkeys(self.COUNTERS, 0)
                 done = self._admit(admit) if admit else []
                 t1 = time.perf_counter()
                 steps = rows = 0

@@ -47,12 +47,12 @@ def _bounded(value: str) -> re.Pattern[str]:
     return re.compile(r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])")
 
 
-def copied_values(row: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """{value: (tool, param)} of the free string arguments in the row's calls that its first user message states
-    (values with letters: a time or a number means something to the server, a name is only copied)."""
+def copied_values(row: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{value: (param, its schema)} of the free string arguments in the row's calls that its first user message
+    states (values with letters: a time or a number means something to the server, a name is only copied)."""
     free = free_string_params(row.get("tools") or [])
     user = next((m.get("content") or "" for m in row["messages"] if m.get("role") == "user"), "")
-    found: dict[str, tuple[str, str]] = {}
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
     for m in row["messages"]:
         for call in m.get("tool_calls") or []:
             fn = call["function"]
@@ -61,7 +61,7 @@ def copied_values(row: dict[str, Any]) -> dict[str, tuple[str, str]]:
             for p, v in (args or {}).items():
                 if isinstance(v, str) and p in free.get(fn["name"], {}) and len(v) >= MIN_CHARS \
                         and re.search(r"[A-Za-z]{2}", v) and _bounded(v).search(user):
-                    found.setdefault(v, (fn["name"], p))
+                    found.setdefault(v, (p, free[fn["name"]][p]))
     return found
 
 
@@ -86,11 +86,10 @@ def augment_row(row: dict[str, Any], rng: random.Random, vocab: Vocabulary, excl
     values = copied_values(row)
     if not values:
         return None
-    free = free_string_params(row.get("tools") or [])
     taken = set(exclude) | set(values)
     mapping: dict[str, str] = {}
-    for old, (tool, param) in sorted(values.items(), key=lambda kv: -len(kv[0])):  # longest first
-        mapping[old] = _fresh(rng, vocab, old, param, free[tool][param], taken)
+    for old, (param, schema) in sorted(values.items(), key=lambda kv: -len(kv[0])):  # longest first
+        mapping[old] = _fresh(rng, vocab, old, param, schema, taken)
         taken.add(mapping[old])
     subs = [(_bounded(old), new) for old, new in mapping.items()]
     out = copy.deepcopy(row)

@@ -132,18 +132,17 @@ def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int) -> Path:
     """`teacher.aug.jsonl` beside `teacher`: each row and `k` fresh-value copies (`toolgym.train.augment`), no value
     drawn equal to a held-out task's; its counts in `teacher.aug.summary.json`. Rewritten when k or seed differ."""
     from toolgym.train.augment import augment_rows
+    from toolgym.train.data import read_rows, write_rows
 
     dest = teacher.with_name("teacher.aug.jsonl")
     summary = teacher.with_name("teacher.aug.summary.json")
-    if dest.exists() and summary.exists() and json.loads(summary.read_text()).get("k") == k \
-            and json.loads(summary.read_text()).get("seed") == seed:
-        return dest
-    rows = [json.loads(x) for x in teacher.read_text(encoding="utf-8").splitlines() if x.strip()]
-    held = [json.loads(x) for x in heldout.read_text(encoding="utf-8").splitlines() if x.strip()]
-    out, counts = augment_rows(rows, k, seed=seed, exclude=string_values(held))
-    tmp = dest.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out), encoding="utf-8")
-    tmp.replace(dest)
+    if dest.exists() and summary.exists():
+        done = json.loads(summary.read_text())
+        if (done.get("k"), done.get("seed")) == (k, seed):
+            return dest
+    held = [json.loads(x) for x in heldout.read_text(encoding="utf-8").splitlines() if x.strip()]  # tasks, not rows
+    out, counts = augment_rows(read_rows([teacher]), k, seed=seed, exclude=string_values(held))
+    write_rows(out, dest)
     summary.write_text(json.dumps({"k": k, "seed": seed, **counts}, indent=2))
     return dest
 
