@@ -61,3 +61,27 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert games["minimax"][6] == "0.0"  # no game ran out of turns
     assert games["shortcut `copy` (exact)"][3:7] == ["0.0", "53.0", "47.0", "0"]
     assert set(games) >= {"minimax", "random", *(f"shortcut `{s}` (exact)" for s in ("random", "first-free", "copy"))}
+
+
+def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> None:
+    """`examples/tictactoe/losses.py` on real games of the random player against the optimal opponent: every lost
+    game is traced to a position where X could still draw and played a move outside its optimal set (checked by
+    replaying to it), or counted as a turn-cap loss; the optimal player's games lose nothing."""
+    spec = importlib.util.spec_from_file_location("losses", ROOT / "examples" / "tictactoe" / "losses.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from toolgym_tictactoe import positions as P
+
+    for player in ("random", "minimax"):
+        _eval(tmp_path / player, player, "-n", "24", "--seed", "5", "-a", "min_random_move_prob=0",
+              "-a", "max_random_move_prob=0")
+    n, losses, where = mod.lost_at(tmp_path / "random")
+    assert n == 24 and losses >= 8 and sum(where.values()) == losses and mod.CAP not in where  # no invalid calls
+    for board in where:
+        pos = P.analyze(board)
+        assert board == P.canonical(board) and pos.value >= 0 and pos.kind in ("quiet", "free", "block", "win")
+    assert mod.lost_at(tmp_path / "minimax")[1] == 0
+    # constructed: X (moving second) takes an edge after O's corner -- the first move outside the optimal set
+    assert mod.first_blunder("." * 9, ["O0", "X1", "O4", "X8", "O3", "X5", "O6"]) == "O........"
+    assert mod.first_blunder("." * 9, ["O0", "X4", "O8", "X1"]) is None  # every X move kept the draw

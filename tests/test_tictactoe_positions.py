@@ -123,7 +123,21 @@ def test_move_dataset_covers_splits_in_fixed_order() -> None:
     openings = TicTacToeEnv(starts="openings", split="train", opening_moves=6).build_dataset(200)
     assert all(not P.is_heldout(r["board"]) for r in openings)
     assert {r["x_starts"] for r in openings} == {True, False} and max(r["pieces"] for r in openings) >= 5
-    for bad, msg in [({"task": "chess"}, "task must be"), ({"split": "dev", "task": "move"}, "split must be"),
+    plain = TicTacToeEnv(min_random_move_prob=0.0, max_random_move_prob=1.0, num_groups=4).build_dataset(400, seed=2)
+    mix = TicTacToeEnv(min_random_move_prob=0.0, max_random_move_prob=1.0, num_groups=4, position_share=0.5,
+                       split="train", kinds="quiet").build_dataset(400, seed=2)
+    from_pos = [r for r in mix if "board" in r]
+    assert 150 <= len(from_pos) <= 250 and mix == TicTacToeEnv(  # seeded: the same pool again
+        min_random_move_prob=0.0, max_random_move_prob=1.0, num_groups=4, position_share=0.5, split="train",
+        kinds="quiet").build_dataset(400, seed=2)
+    assert all(r["kind"] == "quiet" and not P.is_heldout(r["board"]) for r in from_pos)
+    # the opponent's strength by group is untouched by the mixture; empty-board games keep their own coin
+    assert [(r["seed"], r["group"], r["random_move_prob"]) for r in mix] == \
+        [(r["seed"], r["group"], r["random_move_prob"]) for r in plain]
+    assert all(r == p for r, p in zip(mix, plain, strict=True) if "board" not in r)
+    for bad, msg in [({"position_share": 0.5, "task": "move"}, "position_share mixes"),
+                     ({"position_share": 0.5, "starts": "positions"}, "position_share mixes"),
+                     ({"task": "chess"}, "task must be"), ({"split": "dev", "task": "move"}, "split must be"),
                      ({"split": "train"}, "split applies to"), ({"agent_plays": "O"}, "agent_plays"),
                      ({"kinds": ["quiet"]}, "position starts only"),
                      ({"task": "move", "kinds": ["dull"]}, "kinds must be")]:

@@ -4,7 +4,9 @@ games (reward, losses, wins) per step.
 
     python examples/tictactoe/forced_curve.py RUNS_ROOT RUN_DIR [RUN_DIR ...] [-o PNG] [--start EVAL_NAME]
 
-RUN_DIR: GRPO run folders (metrics.jsonl); the legend names each by its folder. `--start`: the eval folder name of
+RUN_DIR: GRPO run folders (metrics.jsonl), each optionally as NAME=DIR; the legend names each by NAME or its folder.
+The second panel is the greedy eval's invalid calls per game: a model whose argmax picks an occupied cell on one
+position that many eval games pass through loses all of them at the turn cap, so this is where runs part. `--start`: the eval folder name of
 the start's 200 games vs the optimal opponent under RUNS_ROOT/eval (default forced-sft-games200-optimal).
 """
 
@@ -25,7 +27,7 @@ def smooth(ys: list[float], k: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", type=Path)
-    ap.add_argument("runs", type=Path, nargs="+")
+    ap.add_argument("runs", nargs="+", help="RUN_DIR or NAME=RUN_DIR")
     ap.add_argument("-o", "--out", type=Path, default=Path("examples/tictactoe/forced_curves.png"))
     ap.add_argument("--start", default="forced-sft-games200-optimal")
     ap.add_argument("--smooth", type=int, default=10)
@@ -35,7 +37,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     ax = axes[0]
     start = args.root / "eval" / args.start / "summary.json"
     if start.exists():
@@ -44,26 +46,31 @@ def main() -> None:
     for name, style in (("copy", ":"), ("copy-centre", "-.")):
         ax.axhline(100 * game_outcome(name, 0.0)[2], color="tab:red", ls=style, lw=1, label=f"`{name}` ceiling")
     ax.axhline(5, color="black", ls=":", lw=0.8, label="target 5 %")
-    for run in args.runs:
+    for spec in args.runs:
+        name, _, path = spec.rpartition("=")
+        run = Path(path)
+        name = name or run.name
         recs = [m for m in read_metrics(run) if "step" in m]
-        pts = [(m["step"], 100 * m["eval/metrics/loss"]) for m in recs if "eval/metrics/loss" in m]
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o", markersize=3, label=run.name)
+        for a, key, scale in ((ax, "eval/metrics/loss", 100), (axes[1], "eval/metrics/invalid_moves", 1)):
+            pts = [(m["step"], scale * m[key]) for m in recs if key in m]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                a.plot(xs, ys, marker="o", markersize=3, label=name)
         for k, (key, title) in enumerate((("reward", "sampled reward (training games)"),
                                           ("metrics/loss", "sampled games lost"))):
             vals = [(m["step"], m[key]) for m in recs if isinstance(m.get(key), int | float)]
             if vals:
                 xs2, ys2 = zip(*vals, strict=True)
-                axes[k + 1].plot(xs2, smooth(list(ys2), args.smooth), label=run.name)
-                axes[k + 1].set_title(f"{title}, {args.smooth}-step mean")
+                axes[k + 2].plot(xs2, smooth(list(ys2), args.smooth), label=name)
+                axes[k + 2].set_title(f"{title}, {args.smooth}-step mean")
     ax.set_title("losses vs the optimal opponent (greedy eval, 100 games)")
     ax.set_ylabel("% of games")
+    axes[1].set_title("invalid calls per game (greedy eval, 100 games)")
     for a in axes:
         a.set_xlabel("step")
         a.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    axes[1].legend(fontsize=7)
+    axes[2].legend(fontsize=7)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=100)

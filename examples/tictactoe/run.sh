@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -26,6 +26,8 @@
 #           mistakes=quiet), then GRPO on whole games vs the minimax opponent annealed from random to optimal with
 #           each of LOSSES="cispo grpo dr_grpo", 200 games per opponent on seed 2718, quiet positions split by
 #           whether the RL games visited them (discovery.py), the curve (forced_curve.py)
+#   forced-arms  after forced: games from quiet training positions mixed in (position_share), other opponent schedules
+#           and branches of one run (fifth round of the docs), each with evals and where its games were lost (losses.py)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -179,11 +181,50 @@ case "${1:-}" in
     for loss in ${LOSSES:-cispo grpo dr_grpo}; do
       timed forced-$loss long toolgym train $X/forced_grpo.toml -s loss_type=$loss -s output_dir=$N/$loss
       rl_evals forced-$loss $N/$loss/final 2718 && quiet forced-$loss $N/$loss/final
+      python $X/losses.py $R/eval/forced-$loss-games200-optimal
       python $X/discovery.py $N/$loss forced-sft=$R/eval/forced-sft-positions-quiet \
         forced-$loss=$R/eval/forced-$loss-positions-quiet --json $N/discovery-$loss.json
     done
     python $X/forced_curve.py $R $N/grpo $N/dr_grpo $N/cispo -o $X/forced_curves.png
     python $X/results_table.py $R forced-sft ${LOSSES:-forced-cispo forced-grpo forced-dr_grpo} ;;
+  forced-arms)  # fifth round (docs: "Fifth round"): forced_grpo.toml with games from quiet training positions mixed
+    # in (position_share), other opponent schedules, and branches of one run at step 20 (its checkpoint copied into a
+    # new run folder, resumed with another task_schedule: a resume need not match the schedule); after `forced`
+    N=$R/forced
+    E='"position_share": 0, "split": "all", "kinds": "all"'  # a phase of whole games from the empty board only
+    p() { echo "{\"from_step\": $1, \"env_args\": {\"min_random_move_prob\": 0, \"max_random_move_prob\": $2${3:+, $3}}}"; }
+    MIX=(-s env_args.position_share=0.5 -s env_args.split=train -s env_args.kinds=quiet -s eval_env_args.position_share=0
+         -s eval_env_args.split=all -s eval_env_args.kinds=all -s max_steps=80)
+    arm() {  # arm NAME [toolgym train -s ...]: one arm from the forced start, then its evals and where it lost
+      timed forced-$1 long toolgym train $X/forced_grpo.toml "${MIX[@]}" -s output_dir=$N/$1 "${@:2}" --resume
+      rl_evals forced-$1 $N/$1/final 2718
+      python $X/losses.py $R/eval/forced-$1-games200-optimal
+    }
+    branch() {  # branch NAME FROM STEP SCHEDULE_JSON [-s ...]: NAME continues FROM's checkpoint at STEP with SCHEDULE
+      local c; c=$(printf "step_%06d" "$3")
+      mkdir -p $N/$1/checkpoints
+      [ -d $N/$1/checkpoints/$c ] || { cp -r $N/$2/checkpoints/$c $N/$1/checkpoints/; cp $N/$2/config.json $N/$1/
+        python - $N/$2 $N/$1 "$3" <<'PY'
+import gzip, json, sys
+src, dst, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, op in (("metrics.jsonl", open), ("rollouts.jsonl.gz", gzip.open)):  # the source's records up to STEP
+    with op(f"{src}/{name}", "rt") as f, op(f"{dst}/{name}", "wt") as g:
+        g.writelines(line for line in f if line.strip() and json.loads(line)["step"] <= step)
+PY
+      }
+      arm "$1" -s "task_schedule=$4" "${@:5}"
+    }
+    arm mixed -s "task_schedule=[$(p 0 1.0), $(p 10 0.5), $(p 25 0.2)]"
+    arm mixed-t05 -s "task_schedule=[$(p 0 1.0), $(p 10 0.5), $(p 25 0.2)]" -s temperature=0.5
+    arm mixed-low -s "task_schedule=[$(p 0 0.3)]"
+    arm mixed-after20 -s "task_schedule=[$(p 0 1.0 "$E"), $(p 20 0.5), $(p 40 0.2)]"
+    branch mixed-strong mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 0.2)]"
+    branch strong mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 0.1 "$E")]"
+    branch mixed-wide mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 1.0)]" -s max_steps=60
+    branch wide mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 1.0 "$E")]" -s max_steps=60
+    branch wide-strong wide 40 "[$(p 0 1.0 "$E"), $(p 20 1.0 "$E"), $(p 40 0.2 "$E")]" -s max_steps=60
+    python $X/forced_curve.py $R grpo=$N/grpo mixed=$N/mixed mixed-after20=$N/mixed-after20 strong=$N/strong \
+      mixed-wide=$N/mixed-wide wide=$N/wide wide-strong=$N/wide-strong -o $X/forced_arms.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -202,5 +243,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-default|table"; exit 2 ;;
 esac

@@ -138,6 +138,7 @@ class TicTacToeEnv(StatefulToolEnv):
         opening_moves: Annotated[int, Field(ge=0, le=8)] = 4,
         kinds: Literal["all", "win", "block", "quiet", "free"] | list[Literal["win", "block", "quiet", "free"]] = "all",
         agent_plays: Literal["X", "O"] = "X",
+        position_share: Prob = 0.0,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -157,6 +158,9 @@ class TicTacToeEnv(StatefulToolEnv):
             opening_moves: Most random opening moves (starts=openings).
             kinds: Position kinds of move tasks from positions: all, one kind, or a list of win/block/quiet/free.
             agent_plays: The side the agent plays (O: move tasks only).
+            position_share: Games from the empty board or openings only: the share of games (each example drawn
+                with this probability, seeded) that start instead from a reachable position of `split` and
+                `kinds`, so one run mixes whole games with games from the positions where choices matter.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -171,18 +175,21 @@ class TicTacToeEnv(StatefulToolEnv):
                              f"openings), not {starts!r}")
         if split not in ("all", "train", "heldout"):
             raise ValueError(f"split must be 'all', 'train' or 'heldout', not {split!r}")
-        if split != "all" and starts == "empty":
-            raise ValueError("split applies to position and opening starts; the empty board is in every split")
         if agent_plays not in ("X", "O") or (agent_plays == "O" and task != "move"):
             raise ValueError("agent_plays must be 'X' or 'O' ('O' only for task=move)")
         if not 0 <= opening_moves <= 8:
             raise ValueError("opening_moves must be in 0..8")
+        if position_share and (task != "game" or starts == "positions"):
+            raise ValueError("position_share mixes position starts into games from the empty board or openings")
+        if split != "all" and starts == "empty" and not position_share:
+            raise ValueError("split applies to position and opening starts; the empty board is in every split")
         kinds = list(P.KINDS) if kinds == "all" else [kinds] if isinstance(kinds, str) else list(kinds)
-        if not kinds or set(kinds) - set(P.KINDS) or starts != "positions" and kinds != list(P.KINDS):
+        with_positions = starts == "positions" or position_share > 0
+        if not kinds or set(kinds) - set(P.KINDS) or not with_positions and kinds != list(P.KINDS):
             raise ValueError(f"kinds must be 'all' or a list of {P.KINDS} (position starts only), not {kinds!r}")
         self.kinds = kinds
         self.task, self.starts, self.split = task, starts, split
-        self.opening_moves, self.agent_plays = opening_moves, agent_plays
+        self.opening_moves, self.agent_plays, self.position_share = opening_moves, agent_plays, position_share
         if task == "move":
             options.setdefault("max_turns", 1)
         self.min_p, self.max_p, self.num_groups = min_random_move_prob, max_random_move_prob, num_groups
@@ -195,7 +202,10 @@ class TicTacToeEnv(StatefulToolEnv):
     def build_dataset(self, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
         """Task rows. Games from the empty board: `n` (default 100). Position starts: `n=None` or 0 is every
         position of the split in a fixed (sorted) order; a smaller `n` a seeded sample; a larger one repeats the
-        split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split."""
+        split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split. With
+        `position_share`, each game example starts from a seeded random position of the split instead with that
+        probability."""
+        mixed = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds] if self.position_share else []
         if self.starts == "positions":
             boards = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds]
             if n:
@@ -219,6 +229,8 @@ class TicTacToeEnv(StatefulToolEnv):
                                    "random_move_prob": round(lo + rng.random() * width, 4), "group": group}
             if self.starts == "positions":
                 row["board"] = boards[i]
+            elif mixed and rng.random() < self.position_share:
+                row["board"] = rng.choice(mixed)
             elif self.starts == "openings":
                 row["board"], row["x_starts"] = P.random_opening(rng, self.opening_moves, self.split)
             if "board" in row:
@@ -233,7 +245,7 @@ class TicTacToeEnv(StatefulToolEnv):
     @property
     def report_by(self) -> tuple[str, ...]:  # type: ignore[override]
         """Task fields `toolgym eval` breaks the results down by (with CIs and a plot)."""
-        return ("kind", "pieces", "split") if self.starts != "empty" else ()
+        return ("kind", "pieces", "split") if self.starts != "empty" or self.position_share else ()
 
     @property
     def report_metrics(self) -> tuple[str, ...] | None:  # type: ignore[override]
