@@ -134,7 +134,10 @@ def test_move_dataset_covers_splits_in_fixed_order() -> None:
     # the opponent's strength by group is untouched by the mixture; empty-board games keep their own coin
     assert [(r["seed"], r["group"], r["random_move_prob"]) for r in mix] == \
         [(r["seed"], r["group"], r["random_move_prob"]) for r in plain]
-    assert all(r == p for r, p in zip(mix, plain, strict=True) if "board" not in r)
+    assert all({**r, "start": "empty"} == {**p, "start": "empty"} for r, p in zip(mix, plain, strict=True)
+               if "board" not in r)
+    assert {r["start"] for r in from_pos} == {"position"} and {r["start"] for r in mix} == {"position", "empty"}
+    assert TicTacToeEnv(position_share=0.5, split="train", kinds="quiet").report_by[0] == "start"
     for bad, msg in [({"position_share": 0.5, "task": "move"}, "position_share mixes"),
                      ({"position_share": 0.5, "starts": "positions"}, "position_share mixes"),
                      ({"task": "chess"}, "task must be"), ({"split": "dev", "task": "move"}, "split must be"),

@@ -205,9 +205,11 @@ class TicTacToeEnv(StatefulToolEnv):
         split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split. With
         `position_share`, each game example starts from a seeded random position of the split instead with that
         probability."""
-        mixed = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds] if self.position_share else []
+        of_kinds = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds] \
+            if self.starts == "positions" or self.position_share else []
+        mixed = of_kinds if self.position_share else []
         if self.starts == "positions":
-            boards = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds]
+            boards = of_kinds
             if n:
                 rng = random.Random(f"tictactoe-positions:{seed}:{self.split}")
                 order: list[str] = []
@@ -230,9 +232,11 @@ class TicTacToeEnv(StatefulToolEnv):
             if self.starts == "positions":
                 row["board"] = boards[i]
             elif mixed and rng.random() < self.position_share:
-                row["board"] = rng.choice(mixed)
+                row["board"], row["start"] = rng.choice(mixed), "position"
             elif self.starts == "openings":
                 row["board"], row["x_starts"] = P.random_opening(rng, self.opening_moves, self.split)
+            if mixed:  # which half of a mixed pool the game came from (eval breaks results down by it)
+                row.setdefault("start", self.starts)
             if "board" in row:
                 pos = P.analyze(row["board"])
                 row.update(x_starts=pos.board.count("X") == pos.board.count("O"), kind=pos.kind,
@@ -245,7 +249,9 @@ class TicTacToeEnv(StatefulToolEnv):
     @property
     def report_by(self) -> tuple[str, ...]:  # type: ignore[override]
         """Task fields `toolgym eval` breaks the results down by (with CIs and a plot)."""
-        return ("kind", "pieces", "split") if self.starts != "empty" or self.position_share else ()
+        if self.position_share:
+            return ("start", "kind", "pieces", "split")
+        return ("kind", "pieces", "split") if self.starts != "empty" else ()
 
     @property
     def report_metrics(self) -> tuple[str, ...] | None:  # type: ignore[override]
