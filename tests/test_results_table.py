@@ -82,6 +82,12 @@ def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> Non
         pos = P.analyze(board)
         assert board == P.canonical(board) and pos.value >= 0 and pos.kind in ("quiet", "free", "block", "win")
     assert mod.lost_at(tmp_path / "minimax")[1] == 0
+    # an errored rollout is a lost game of its own row, never dropped
+    import json
+    res = tmp_path / "minimax" / "results.jsonl"
+    rec = json.loads(res.read_text().splitlines()[0])
+    res.write_text(res.read_text() + json.dumps({**rec, "example_id": 99, "error": "server died"}) + "\n")
+    assert mod.lost_at(tmp_path / "minimax") == (25, 1, {mod.ERRORED: 1})
     # constructed: X (moving second) takes an edge after O's corner -- the first move outside the optimal set
     assert mod.first_blunder("." * 9, ["O0", "X1", "O4", "X8", "O3", "X5", "O6"]) == "O........"
     assert mod.first_blunder("." * 9, ["O0", "X4", "O8", "X1"]) is None  # every X move kept the draw

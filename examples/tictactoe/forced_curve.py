@@ -6,8 +6,9 @@ games (reward, losses, wins) per step.
 
 RUN_DIR: GRPO run folders (metrics.jsonl), each optionally as NAME=DIR; the legend names each by NAME or its folder.
 The second panel is the greedy eval's invalid calls per game: a model whose argmax picks an occupied cell on one
-position that many eval games pass through loses all of them at the turn cap, so this is where runs part. `--start`: the eval folder name of
-the start's 200 games vs the optimal opponent under RUNS_ROOT/eval (default forced-sft-games200-optimal).
+position that many eval games pass through loses all of them at the turn cap, so this is where runs part.
+`--start`: the eval folder name of the start's 200 games vs the optimal opponent under RUNS_ROOT/eval (default
+forced-sft-games200-optimal).
 """
 
 from __future__ import annotations

@@ -111,15 +111,21 @@ def analyze(board: str, side: str = "X") -> Position:
                     value=top, heldout=is_heldout(board if side == "X" else swap_colours(board)))
 
 
-def heldout_visits(start: str, moves: list[str]) -> int:
-    """How many positions with X to move in a game from `start` (X-view board) through `moves` (`["X4", "O0",
-    ...]`, as the server's `game_result` lists them) are in the held-out split."""
-    board, visits = start, 0
+def replay(start: str, moves: list[str]) -> list[str]:
+    """The boards of a game from `start` (X-view board) through `moves` (`["X4", "O0", ...]`, as the server's
+    `game_result` lists them): the board before each move, then the final board (len(moves) + 1 boards)."""
+    boards = [start]
     for m in moves:
-        side, cell = m[0], int(m[1:])
-        if side == "X" and is_heldout(board):
-            visits += 1
-        board = g.play(board, cell, side)
+        boards.append(g.play(boards[-1], int(m[1:]), m[0]))
+    return boards
+
+
+def heldout_visits(start: str, moves: list[str]) -> int:
+    """How many positions with X to move in a game from `start` through `moves` (as `replay` takes them) are in
+    the held-out split."""
+    boards = replay(start, moves)
+    visits = sum(1 for b, m in zip(boards, moves, strict=False) if m[0] == "X" and is_heldout(b))
+    board = boards[-1]
     if not g.is_over(board) and board.count("X") in (board.count("O"), board.count("O") - 1) and is_heldout(board):
         visits += 1  # the position the game stopped at, X to move
     return visits
