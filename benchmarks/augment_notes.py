@@ -6,12 +6,13 @@ string no training task has), teacher rows from the answer key, SFT from the shi
 held-out eval. Generation and teacher data are made once and shared; each arm fine-tunes and evaluates on its own.
 Prints the held-out exact-call rate on unseen strings per arm with 95 % Wilson intervals and writes JSON.
 
-    python benchmarks/augment_notes.py [--arms plain:10:0,plain:36:0,aug:4:8] [--out runs/augment_notes]
-                                       [--json benchmarks/results/augment_notes.json]
+    python benchmarks/augment_notes.py [--arms plain:10:0,aug:4:8:1.0,aug:4:8:0.3] [--out runs/augment_notes]
+                                       [--json benchmarks/results/augment_notes.json] [--base MODEL_DIR]
 
-An arm is NAME:EPOCHS:K (K fresh-value copies per teacher row; 0 = the teacher rows alone). Measured 2026-11-27
-(docs/models.md, the tool-calling base): 10 epochs 15.7 %, 36 epochs 19.4 %, K = 8 with 4 epochs (820 steps; 36 epochs
-alone are 900) 51.9 %, K = 16 with 4 epochs 50.9 %.
+An arm is NAME:EPOCHS:K[:NOVEL] (K fresh-value copies per teacher row, 0 = the teacher rows alone; NOVEL the copies'
+share of invented words, default 0.3 as `toolgym tasks train`). Measured 2026-11-27 in one run (docs/models.md, the
+tool-calling base): 10 epochs 15.7 %, 36 epochs 19.4 %, K = 8 with 4 epochs (820 steps; 36 epochs alone are 900):
+invented words only 51.9 %, 30 % invented 67.6 % (58.3-75.7); earlier, K = 16 (invented only) 50.9 %.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ SERVER = ROOT / "tests" / "servers" / "notes_server.py"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arms", default="plain:10:0,plain:36:0,aug:4:8", help="NAME:EPOCHS:K, comma-separated")
+    ap.add_argument("--arms", default="plain:10:0,plain:36:0,aug:4:8:1.0,aug:4:8:0.3",
+                    help="NAME:EPOCHS:K[:NOVEL], comma-separated")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "augment_notes")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "augment_notes.json")
     ap.add_argument("--num-threads", type=int, default=1)
+    ap.add_argument("--base", default="", help="the model SFT starts from (default: the shipped tool-calling base)")
     a = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -41,35 +44,40 @@ def main() -> None:
 
     arms = []
     for spec in a.arms.split(","):
-        name, epochs, k = spec.split(":")
-        arms.append((f"{name}-e{epochs}-k{k}", float(epochs), int(k)))
+        name, epochs, k, *novel = spec.split(":")
+        nov = float(novel[0]) if novel else 0.3
+        arms.append((f"{name}-e{epochs}-k{k}" + (f"-n{nov:g}" if int(k) else ""), float(epochs), int(k), nov))
     a.out.mkdir(parents=True, exist_ok=True)
     cfg = a.out / "env.toml"
     cfg.write_text(f'name = "notes"\n[server]\ncommand = ["{sys.executable}", "{SERVER}"]\n'
                    '[env]\nsystem_prompt = "Use the tools. Give the final answer inside <answer></answer>."\n'
                    'max_turns = 4\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n')
-    common = {"env": cfg, "n_train": 400, "n_heldout": 120, "seed": 0, "num_threads": a.num_threads,
+    common = {"env": cfg, "n_train": 400, "n_heldout": 120, "seed": 0, "num_threads": a.num_threads, "base": a.base,
               "gen": {"chain_share": 0.0, "no_tool_share": 0.1}}
     shared = a.out / "shared"
     run_recipe(RecipeOptions(out=shared, phases=("generate", "env", "synth"), **common), log=print)
     results = {}
-    for name, epochs, k in arms:
+    for name, epochs, k, nov in arms:
         run = a.out / name
         shutil.rmtree(run, ignore_errors=True)
         shutil.copytree(shared, run)
         (run / "env.json").unlink()  # its paths point into shared/: derived again
         t0 = time.time()
         rep = run_recipe(RecipeOptions(out=run, phases=("env", "sft", "eval"), eval_models=("sft",), augment=k,
-                                       sft={"epochs": epochs, "batch_size": 16, "save_every": 100000}, **common),
+                                       augment_novel=nov, **common,
+                                       sft={"epochs": epochs, "batch_size": 16, "save_every": 100000}),
                          log=print)
-        results[name] = {"epochs": epochs, "augment": k, "minutes": round((time.time() - t0) / 60, 1),
-                         **rep["heldout"]["sft"]}
-    t = Table(title="notes server: held-out exact calls on strings no training task has (SFT from the shipped base)")
-    for col in ("arm", "epochs", "copies per row", "minutes", "unseen-string call_match (95 % CI)", "n"):
+        results[name] = {"epochs": epochs, "augment": k, "novel": nov if k else None,
+                         "minutes": round((time.time() - t0) / 60, 1), **rep["heldout"]["sft"]}
+    t = Table(title="notes server: held-out exact calls on strings no training task has "
+                    f"(SFT from {a.base or 'the shipped base'})")
+    for col in ("arm", "epochs", "copies per row", "invented words", "minutes", "unseen-string call_match (95 % CI)",
+                "n"):
         t.add_column(col, justify="left" if col == "arm" else "right")
     for name, r in results.items():
         u = r["unseen_string_call_match"]
-        t.add_row(name, f"{r['epochs']:g}", str(r["augment"]), f"{r['minutes']:.1f}",
+        novel = "-" if r["novel"] is None else f"{100 * r['novel']:.0f} %"
+        t.add_row(name, f"{r['epochs']:g}", str(r["augment"]), novel, f"{r['minutes']:.1f}",
                   f"{100 * u['rate']:.1f} % ({100 * u['lo']:.1f}-{100 * u['hi']:.1f})", str(u["n"]))
     Console(width=160).print(t)
     a.json.parent.mkdir(parents=True, exist_ok=True)

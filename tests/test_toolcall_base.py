@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolgym.accuracy import validate_args
-from toolgym.models.toolcall import WORD_SPLIT, conversation, copy_drill, toolcall_corpus
+from toolgym.models.toolcall import WORD_SPLIT, conversation, copy_drill, scene, toolcall_corpus
 from toolgym.train.pretrain import pretrain
 from toolgym.train.recipe import default_base
 
@@ -72,6 +72,36 @@ def test_random_conversations_are_valid_and_copyable() -> None:
     assert kinds == {"call", "chain", "chain_ref", "none"}
     drill = copy_drill(rng, requests=5)
     assert drill["tools"] == [] and len(drill["messages"]) == 11
+
+
+def test_call_drills_state_every_value_they_call_with() -> None:
+    from toolgym.tasks.sampling import Vocabulary
+
+    rng, vocab = random.Random(3), Vocabulary(novel=0.6)
+    n_calls, plain = 0, 0
+    for _ in range(60):
+        rows = scene(rng, vocab, 3, drill_share=0.0, call_share=1.0)
+        assert all(r["tools"] is rows[0]["tools"] for r in rows)  # one tool set per scene (shared prefix)
+        tools = {t["function"]["name"]: t["function"]["parameters"] for t in rows[0]["tools"]}
+        assert 1 <= len(tools) <= 3 and all(1 <= len(p["properties"]) <= 3 for p in tools.values())
+        for row in rows:
+            assert set(row["kinds"]) == {"call_drill"} and 3 <= len(row["kinds"]) <= 8
+            msgs = row["messages"]
+            for i, m in enumerate(msgs):
+                for c in m.get("tool_calls") or []:
+                    fn = c["function"]
+                    assert validate_args(tools[fn["name"]], fn["arguments"]) is None
+                    assert set(fn["arguments"]) == set(tools[fn["name"]]["properties"])  # every parameter given
+                    prompt = msgs[i - 1]["content"]
+                    assert all(json.dumps(v, ensure_ascii=False) in prompt for v in fn["arguments"].values())
+                    n_calls += 1
+                    plain += prompt.startswith(f"Call {fn['name']} with ")
+                    assert msgs[i + 2]["content"] == f"<answer>{msgs[i + 1]['content']}</answer>"
+    assert n_calls > 500 and 0.4 < plain / n_calls < 0.8  # half plain "Call NAME with k = v", half other phrasings
+    # without call drills a scene's stream is what it was (the shipped base's build is reproducible)
+    a = scene(random.Random(5), Vocabulary(novel=0.6), 2)
+    b = scene(random.Random(5), Vocabulary(novel=0.6), 2, call_share=0.0)
+    assert a == b
 
 
 def test_pretrain_runs_and_saves_a_loadable_model(tmp_path: Path) -> None:

@@ -79,11 +79,13 @@ def test_the_recipe_writes_the_augmented_teacher_file_without_held_out_values(tm
     drawn = {v for r in rows if "augmented" in r for v in r["augmented"]["values"].values()}
     assert len(drawn) == 20 and not drawn & {"held0", "held1", "held2"}
     summary = json.loads((tmp_path / "teacher.aug.summary.json").read_text())
-    assert summary == {"k": 2, "seed": 0, "rows": 5, "with_values": 5, "copies": 10}
+    assert summary == {"k": 2, "seed": 0, "novel": 0.3, "rows": 5, "with_values": 5, "copies": 10}
     mtime = path.stat().st_mtime_ns
     assert augmented_teacher(teacher, heldout, k=2, seed=0) == path and path.stat().st_mtime_ns == mtime  # reused
     augmented_teacher(teacher, heldout, k=1, seed=0)  # another k: rewritten
     assert len(path.read_text().splitlines()) == 10
+    augmented_teacher(teacher, heldout, k=1, seed=0, novel=1.0)  # another word mix: rewritten
+    assert json.loads((tmp_path / "teacher.aug.summary.json").read_text())["novel"] == 1.0
 
 
 def test_a_value_in_exclude_is_never_drawn() -> None:
@@ -91,3 +93,21 @@ def test_a_value_in_exclude_is_never_drawn() -> None:
     first = rows[1]["augmented"]["values"]
     again, _ = augment_rows([_row()], k=1, seed=3, exclude=set(first.values()))
     assert not set(again[1]["augmented"]["values"].values()) & set(first.values())
+
+
+def test_fresh_words_mix_listed_and_invented_words_as_the_generator_does() -> None:
+    """By default a copy's words come from the built-in word list and invented ones (the generator's mix): a model
+    fine-tuned on invented words only wrote training words in place of listed ones it was asked to copy."""
+    from toolgym.tasks.sampling import WORDS
+
+    listed = set(WORDS)
+
+    def share_listed(novel: float | None) -> float:
+        kw = {} if novel is None else {"novel": novel}
+        rows, _ = augment_rows([_row()], k=200, seed=9, **kw)
+        words = [w.lower() for r in rows[1:] for v in r["augmented"]["values"].values()
+                 for w in v.replace("-", " ").replace("_", " ").replace("/", " ").split()]
+        return sum(w in listed for w in words) / len(words)
+
+    assert 0.4 < share_listed(None) < 0.85  # 70 % of words drawn from the list (some listed values are numbers)
+    assert share_listed(1.0) < 0.05  # invented syllable words only (one may spell a listed word by chance)

@@ -266,6 +266,13 @@ def conversation(rng: random.Random, vocab: Vocabulary | None = None, requests: 
     return {"messages": msgs, "tools": tools, "kinds": kinds}
 
 
+def drill_value(rng: random.Random, vocab: Vocabulary) -> str:
+    """A value of any shape a request may state: words, invented names, ids, paths, e-mail addresses, URLs, times,
+    dates, digit strings (copy drills and call drills)."""
+    return rng.choice([vocab.phrase(rng, 1, 5), vocab.name(rng), vocab.ident(rng), vocab.path(rng), vocab.email(rng),
+                       vocab.time(rng), vocab.date(rng), str(rng.randint(0, 10**rng.randint(1, 6))), vocab.url(rng)])
+
+
 COPY_TEMPLATES = ("Repeat {v} back to me.", "Say {v}.", "Reply with exactly {v}.", "The value is {v}. What is it?",
                   "Copy this: {v}", "What did I write? {v}", "Answer with {v} and nothing else.")
 
@@ -278,24 +285,69 @@ def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: in
     vocab = vocab or Vocabulary(novel=0.6)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
     for _ in range(requests):
-        v = rng.choice([vocab.phrase(rng, 1, 5), vocab.name(rng), vocab.ident(rng), vocab.path(rng), vocab.email(rng),
-                        vocab.time(rng), vocab.date(rng), str(rng.randint(0, 10**rng.randint(1, 6))), vocab.url(rng)])
+        v = drill_value(rng, vocab)
         quoted = json.dumps(v, ensure_ascii=False) if rng.random() < 0.8 else f"'{v}'"
         prompt = rng.choice(COPY_TEMPLATES + NO_TOOL_TEMPLATES).format(v=quoted)
         msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": f"<answer>{v}</answer>"}]
     return {"messages": msgs, "tools": [], "kinds": ["copy"] * requests}
 
 
+def drill_tool(rng: random.Random, vocab: Vocabulary, taken: set[str]) -> dict[str, Any]:
+    """A small random tool for call drills: a random name and a short description, 1-3 required parameters, most of
+    them free strings (the rest integers)."""
+    tool = random_tool(rng, vocab, taken)
+    fn = tool["function"]
+    fn["description"] = _sentence(rng, 1, 4, verb=re.split(r"[_\-]|(?=[A-Z])", fn["name"])[0].lower()) + "."
+    props: dict[str, Any] = {}
+    for _ in range(rng.choice([1, 1, 2, 2, 3])):
+        key = rng.choice(PARAM_NAMES) if rng.random() < 0.5 else _case(
+            [vocab.word(rng), rng.choice(english_words())][: rng.randint(1, 2)], rng)
+        props[key] = {"type": "string" if rng.random() < 0.8 else "integer"}
+        if rng.random() < 0.3:
+            props[key]["description"] = _sentence(rng, 2, 4) + "."
+    fn["parameters"] = {"type": "object", "properties": props, "required": list(props)}
+    return tool
+
+
+DRILL_RESULTS = ("ok", "Done.", "Saved.", "Stored.", "Updated.", "true", "Created.", "Sent.")
+
+
+def call_drill(rng: random.Random, vocab: Vocabulary, tools: list[dict[str, Any]], requests: int = 6,
+               system: str | None = None) -> dict[str, Any]:
+    """A conversation of `requests` one-call requests to `tools` (`drill_tool`s) whose every string argument is a
+    fresh value stated in the request: short and dense in values copied into tool-call JSON -- the copy drill of
+    calls, where `copy_drill` copies into answers. Half the requests name the tool and parameters plainly ("Call
+    NAME with key = "v""), the rest use the task generator's other phrasings; results are short ("Saved.") and the
+    answer repeats them."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
+    for i in range(requests):
+        tool = rng.choice(tools)
+        props = tool["function"]["parameters"]["properties"]
+        args = {k: drill_value(rng, vocab) if p["type"] == "string" else rng.randint(0, 10**rng.randint(1, 5))
+                for k, p in props.items()}
+        prompt = call_prompt(tool, args, rng, style=0 if rng.random() < 0.5 else None)
+        result = rng.choice(DRILL_RESULTS)
+        msgs += [{"role": "user", "content": prompt}, _call_msg(i, tool["function"]["name"], args),
+                 {"role": "tool", "tool_call_id": f"call_{i}", "content": result},
+                 {"role": "assistant", "content": f"<answer>{result}</answer>"}]
+    return {"messages": msgs, "tools": tools, "kinds": ["call_drill"] * requests}
+
+
 def scene(rng: random.Random, vocab: Vocabulary, rows: int, drill_share: float = 0.3,
-          requests: tuple[int, int] = (1, 3)) -> list[dict[str, Any]]:
+          requests: tuple[int, int] = (1, 3), call_share: float = 0.0) -> list[dict[str, Any]]:
     """`rows` conversations that share their system prompt and tools (random ones) and differ in their requests:
     what one micro-batch of pre-training holds. A batch whose rows start alike computes that prefix (the tool
     schemas) once (`toolgym.train.loss.masked_logprobs`), so requests cost little more than their own tokens -- as
-    in fine-tuning on one env, where every row has the same tools. A `drill_share` of scenes are copy drills."""
+    in fine-tuning on one env, where every row has the same tools. A `drill_share` of scenes are copy drills, a
+    `call_share` call drills (`call_drill`, 3-8 requests each, on 1-3 `drill_tool`s)."""
     system = rng.choice(SYSTEM_PROMPTS)
-    if rng.random() < drill_share:
+    r = rng.random()
+    if r < drill_share:
         return [copy_drill(rng, vocab, rng.randint(2, 6), system) for _ in range(rows)]
     taken: set[str] = set()
+    if r < drill_share + call_share:
+        tools = [drill_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3]))]
+        return [call_drill(rng, vocab, tools, rng.randint(3, 8), system) for _ in range(rows)]
     tools = [random_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3, 3, 4]))]
     return [conversation(rng, vocab, rng.randint(*requests), tools, system) for _ in range(rows)]
 
@@ -443,5 +495,5 @@ def corpus_strings(path: Path) -> set[str]:
     return out
 
 
-__all__ = ["COPY_TEMPLATES", "copy_drill", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
+__all__ = ["COPY_TEMPLATES", "DRILL_RESULTS", "call_drill", "copy_drill", "drill_tool", "drill_value", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
            "random_tool", "toolcall_corpus", "write_corpus"]

@@ -5,9 +5,12 @@ path, a user name) instead of copying whatever value a request states: on held-o
 task has, it writes a near-copy or a memorised name. `augment_rows` makes `k` copies of each teacher conversation in
 which every value the model has to copy -- a free string argument of an expected call (schema type string, no enum,
 const, pattern or format) that the user's request states -- is replaced by a fresh invented value of the same shape
-(`toolgym.tasks.sampling.Vocabulary.for_param`, invented syllable words only), everywhere in the conversation: the
-request, the call's arguments, the tool's result and the final answer. Each copy is then one more demonstration of
-copying a value nobody has seen.
+(`toolgym.tasks.sampling.Vocabulary.for_param`), everywhere in the conversation: the request, the call's arguments,
+the tool's result and the final answer. Each copy is then one more demonstration of copying a value nobody has seen.
+Its words are drawn as the task generator draws them (`NOVEL`: 30 % invented syllable words, the rest from the
+built-in word list): with invented words only, a fine-tuned model copied invented words but wrote a training word in
+place of a listed one it was asked for (`dragon` for `sky`): 51.9 % exact on unseen strings, 66.7 % with half the
+words listed (notes server, `benchmarks/augment_notes.py`).
 
 What a copy claims is what the server would have answered for the new value only where its result merely echoes
 the value (a note saved under a title, a user looked up by name); a server whose result depends on the value (a file
@@ -28,6 +31,7 @@ from typing import Any
 from toolgym.tasks.sampling import Vocabulary
 
 MIN_CHARS = 3  # shorter values are too likely to occur inside other text
+NOVEL = 0.3  # share of invented words in fresh values: the task generator's own (`Vocabulary.novel`)
 
 
 def free_string_params(tools: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -105,13 +109,14 @@ def augment_row(row: dict[str, Any], rng: random.Random, vocab: Vocabulary, excl
     return out
 
 
-def augment_rows(rows: Iterable[dict[str, Any]], k: int, seed: int = 0, exclude: Iterable[str] = ()
-                 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The rows, each followed by `k` fresh-value copies (rows with no value to copy stay single): (rows, counts)."""
+def augment_rows(rows: Iterable[dict[str, Any]], k: int, seed: int = 0, exclude: Iterable[str] = (),
+                 novel: float = NOVEL) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The rows, each followed by `k` fresh-value copies (rows with no value to copy stay single): (rows, counts).
+    `novel`: the share of fresh words that are invented (the rest from the built-in word list)."""
     if k < 0:
         raise ValueError(f"augment: k must be >= 0, not {k}")
     rng = random.Random(seed)
-    vocab = Vocabulary(novel=1.0)
+    vocab = Vocabulary(novel=novel)
     ex = set(exclude)
     out: list[dict[str, Any]] = []
     counts = {"rows": 0, "with_values": 0, "copies": 0}
@@ -125,4 +130,4 @@ def augment_rows(rows: Iterable[dict[str, Any]], k: int, seed: int = 0, exclude:
     return out, counts
 
 
-__all__ = ["augment_row", "augment_rows", "copied_values", "free_string_params"]
+__all__ = ["NOVEL", "augment_row", "augment_rows", "copied_values", "free_string_params"]

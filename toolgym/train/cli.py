@@ -260,6 +260,8 @@ def pretrain_cmd(
     learning_rate: float = typer.Option(2e-3, "--lr", help="Peak learning rate of the tool-use stage."),
     copy_share: float = typer.Option(0.55, "--copy-share", help="Share of the budget spent on copy drills first."),
     copy_lr: float = typer.Option(3e-3, "--copy-lr", help="Peak learning rate of the copy-drill stage."),
+    call_share: float = typer.Option(0.0, "--call-share", help="Share of the tool-use stage's scenes that are "
+                                     "call drills (values stated in the request copied into tool-call JSON)."),
     seed: int = typer.Option(0, "--seed"),
     num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads (default: torch's, all cores)."),
     eval_n: int = typer.Option(200, "--eval-n", help="Fresh random conversations to evaluate it on at the end (0: none)."),
@@ -280,7 +282,7 @@ def pretrain_cmd(
         info = build_toolcall_base(out, size=size, steps=steps, minutes=30.0 if minutes is None else minutes,
                                    batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                                    num_threads=num_threads, eval_n=eval_n, copy_share=copy_share,
-                                   copy_learning_rate=copy_lr, on_step=tick)
+                                   copy_learning_rate=copy_lr, call_share=call_share, on_step=tick)
     ev = info.get("eval", {})
     rates = ", ".join(f"{k} {100 * v['rate']:.0f} %" for k, v in ev.items() if isinstance(v, dict) and v.get("rate") is not None)
     console.print(f"wrote {out} ({info['params']:,} params, {info['steps']} steps, {info['build_s'] / 60:.1f} min); "
@@ -303,6 +305,8 @@ def tasks_train_cmd(
     num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads for SFT and GRPO."),
     augment: int = typer.Option(0, "--augment", min=0, help="SFT on each teacher row plus this many copies with fresh "
                                 "values for the strings the request states (copying, not memorising); 0: off."),
+    augment_novel: float = typer.Option(0.3, "--augment-novel", min=0.0, max=1.0, help="Share of invented words in "
+                                        "those values (the rest from the built-in word list, as generated tasks)."),
 ) -> None:
     """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
     tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
@@ -317,7 +321,8 @@ def tasks_train_cmd(
         _fail(f"env config {env_config} not found")
     opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
                          gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
-                         concurrency=concurrency, num_threads=num_threads, augment=augment)
+                         concurrency=concurrency, num_threads=num_threads, augment=augment,
+                         augment_novel=augment_novel)
     bars: dict[str, Any] = {}
     with _progress() as prog:
         def progress(name: str, r: dict[str, Any]) -> None:

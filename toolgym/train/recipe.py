@@ -59,6 +59,7 @@ class RecipeOptions:
     concurrency: int = 8
     num_threads: int | None = None
     augment: int = 0  # fresh-value copies per teacher row for SFT (`toolgym.train.augment`); 0 = off
+    augment_novel: float = 0.3  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
@@ -128,9 +129,10 @@ def string_values(tasks: list[dict[str, Any]]) -> set[str]:
     return {v[0] for t in tasks for c in t["expected_calls"] for v in c["arguments"].values() if isinstance(v[0], str)}
 
 
-def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int) -> Path:
-    """`teacher.aug.jsonl` beside `teacher`: each row and `k` fresh-value copies (`toolgym.train.augment`), no value
-    drawn equal to a held-out task's; its counts in `teacher.aug.summary.json`. Rewritten when k or seed differ."""
+def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int, novel: float = 0.3) -> Path:
+    """`teacher.aug.jsonl` beside `teacher`: each row and `k` fresh-value copies (`toolgym.train.augment`, `novel`
+    its share of invented words), no value drawn equal to a held-out task's; its counts in `teacher.aug.summary.json`.
+    Rewritten when k, seed or novel differ."""
     from toolgym.train.augment import augment_rows
     from toolgym.train.data import read_rows, write_rows
 
@@ -138,12 +140,12 @@ def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int) -> Path:
     summary = teacher.with_name("teacher.aug.summary.json")
     if dest.exists() and summary.exists():
         done = json.loads(summary.read_text())
-        if (done.get("k"), done.get("seed")) == (k, seed):
+        if (done.get("k"), done.get("seed"), done.get("novel")) == (k, seed, novel):
             return dest
     held = [json.loads(x) for x in heldout.read_text(encoding="utf-8").splitlines() if x.strip()]  # tasks, not rows
-    out, counts = augment_rows(read_rows([teacher]), k, seed=seed, exclude=string_values(held))
+    out, counts = augment_rows(read_rows([teacher]), k, seed=seed, exclude=string_values(held), novel=novel)
     write_rows(out, dest)
-    summary.write_text(json.dumps({"k": k, "seed": seed, **counts}, indent=2))
+    summary.write_text(json.dumps({"k": k, "seed": seed, "novel": novel, **counts}, indent=2))
     return dest
 
 
@@ -353,7 +355,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
 
         data = teacher
         if opts.augment:
-            data = augmented_teacher(teacher, heldout, opts.augment, opts.seed)
+            data = augmented_teacher(teacher, heldout, opts.augment, opts.seed, opts.augment_novel)
             log(f"augment: {opts.augment} fresh-value copies per teacher row -> {data}")
         cfg = SFTConfig.model_validate({
             "model": base, "output_dir": out / "sft", "data": [data], "epochs": 2.0, "batch_size": 16,
