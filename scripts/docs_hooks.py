@@ -23,7 +23,8 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-reader-grpo.png": ROOT / "examples" / "tictactoe" / "reader_curves.png",
            "assets/multi-server-grpo.png": ROOT / "examples" / "multi_server" / "grpo_curves.png",
            "assets/tictactoe-forced-grpo.png": ROOT / "examples" / "tictactoe" / "forced_curves.png",
-           "assets/tictactoe-forced-arms.png": ROOT / "examples" / "tictactoe" / "forced_arms.png"}
+           "assets/tictactoe-forced-arms.png": ROOT / "examples" / "tictactoe" / "forced_arms.png",
+           "assets/tictactoe-forced-trappy.png": ROOT / "examples" / "tictactoe" / "forced_trappy.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 

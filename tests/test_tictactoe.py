@@ -71,6 +71,95 @@ def test_tie_break_is_among_best_moves_and_varies() -> None:
     assert max(replies.values()) < 160
 
 
+def test_trappy_opponent_plays_best_moves_that_set_traps() -> None:
+    """trap_moves on constructed positions (O opened, X took the centre): the best moves after which X has no win, no
+    block and a losing cell; the trappy opponent plays only those (uniformly), and none when there is no trap."""
+    after_corner = g.play(g.play(g.EMPTY * 9, 0, "O"), 4, "X")
+    assert g.best_moves(after_corner, "O") == [1, 2, 3, 5, 6, 7, 8]
+    assert g.trap_moves(after_corner, "O") == [5, 7, 8]  # far edges and the opposite corner: X's corner loses there
+    assert g.trap_moves(g.play(g.play(g.EMPTY * 9, 1, "O"), 4, "X"), "O") == [3, 5, 6, 8]
+    x_centre = g.play(g.EMPTY * 9, 4, "X")
+    assert g.trap_moves(x_centre, "O") == []  # after X's centre every O corner leaves X only drawing moves
+    replies = Counter(g.opponent_move(after_corner, seed, 0.0, "O", "trappy") for seed in range(300))
+    assert set(replies) == {5, 7, 8} and min(replies.values()) > 60, replies
+    assert set(g.opponent_move(x_centre, seed, 0.0, "O", "trappy") for seed in range(200)) == {0, 2, 6, 8}
+
+
+@pytest.mark.anyio
+async def test_trappy_opponent_draws_the_expert_and_sets_its_traps_in_env_games() -> None:
+    """Through the env: still optimal (the minimax expert draws every game), and every reply of the p=0 trappy
+    opponent to a forced-move player (wins and blocks right, quiet moves random) is a trap move when one exists. The
+    task rows carry the style, so a run's env plays the opponent of its task pool (a `task_schedule` phase's)."""
+    tasks = TicTacToeEnv(opponent_style="trappy").build_dataset(60, seed=21)
+    assert {t["opponent_style"] for t in tasks} == {"trappy"}
+    assert "opponent_style" not in TicTacToeEnv().build_dataset(5, seed=21)[0]
+    env = TicTacToeEnv(transport="inprocess")
+    async with env:
+        expert = await run_rollouts(env, load_policy("scripted:minimax", env), [(i, 0, t) for i, t in enumerate(tasks[:30])])
+        forced = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=1.0, mistakes="quiet",
+                                                     seed=4), [(i, 0, t) for i, t in enumerate(tasks)])
+    assert _outcomes(expert) == Counter({"draw": 30})
+    trapped = 0
+    for t in forced:
+        assert t.error is None and t.info["result"]["style"] == "trappy"
+        board = g.EMPTY * 9
+        for m in t.info["result"]["moves"]:
+            side, cell = m[0], int(m[1])
+            if side == "O":
+                traps = g.trap_moves(board, "O")
+                assert cell in (traps or g.best_moves(board, "O")), (board, m)
+                trapped += bool(traps)
+            board = g.play(board, cell, side)
+    assert trapped > 30
+    with pytest.raises(ValueError, match="opponent_style"):
+        TicTacToeEnv(opponent_style="sneaky")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_an_invalid_move_forfeits_the_game_only_with_invalid_move_forfeit() -> None:
+    """A player that plays an occupied cell once (on its second turn) and otherwise the first free cell: with the
+    default `retry` the game goes on after the error; with `forfeit` (carried by the task rows) it ends there,
+    unfinished, scored as a loss with the invalid-move penalty."""
+    from toolgym_tictactoe import board_from_messages
+
+    from toolgym.policies.scripted import ScriptedPolicy, call
+    from toolgym.types import AssistantTurn
+
+    def act(messages, memory):  # type: ignore[no-untyped-def]
+        board = board_from_messages(messages)
+        memory["turns"] = memory.get("turns", 0) + 1
+        taken = [i for i, c in enumerate(board) if c != g.EMPTY]
+        cell = taken[0] if memory["turns"] == 2 and taken else g.free_cells(board)[0]
+        return AssistantTurn(content="", reasoning="move", tool_calls=[call("make_move", position=cell)])
+
+    results = {}
+    for mode in ("retry", "forfeit"):
+        tasks = TicTacToeEnv(invalid_move=mode).build_dataset(6, seed=2)
+        assert ("invalid_move" in tasks[0]) == (mode == "forfeit")
+        env = TicTacToeEnv(transport="inprocess")  # the run's env: the rows say what an invalid move costs
+        async with env:
+            results[mode] = await run_rollouts(env, ScriptedPolicy(act), [(i, 0, t) for i, t in enumerate(tasks)])
+    for t in results["retry"]:
+        assert t.metrics["invalid_moves"] == 1 and len(t.calls) > 2  # the game went on
+    for t in results["forfeit"]:
+        assert t.error is None and len(t.calls) == 2 and not t.calls[-1].exec_ok
+        assert t.metrics["loss"] == 1.0 and t.info["result"]["status"] == "in_progress"
+        assert t.rewards["outcome"] == 0.0 and t.rewards["invalid_move_penalty"] < 0
+    with pytest.raises(ValueError, match="invalid_move"):
+        TicTacToeEnv(invalid_move="ignore")  # type: ignore[arg-type]
+
+
+def test_trappy_opponent_beats_the_shortcuts_more_often_exactly() -> None:
+    """Over the whole game tree: the copy-centre habit that every valid RL run sat at loses about twice as often to
+    the trappy optimal opponent (19.9 %) as to the uniform one (10.2 %)."""
+    from toolgym_tictactoe.shortcuts import game_outcome
+
+    uniform, trappy = game_outcome("copy-centre", 0.0)[2], game_outcome("copy-centre", 0.0, "trappy")[2]
+    assert abs(uniform - 0.102) < 0.001 and abs(trappy - 0.199) < 0.001
+    assert game_outcome("copy", 0.0, "trappy")[2] > game_outcome("copy", 0.0)[2] + 0.05
+    assert game_outcome("copy", 1.0, "trappy") == game_outcome("copy", 1.0)  # a random opponent has no style
+
+
 def test_same_position_same_reply_through_the_server() -> None:
     """Two games of one seed reaching the same board get the same reply, even with a noisy opponent."""
 

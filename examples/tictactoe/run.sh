@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-trappy forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -28,6 +28,8 @@
 #           whether the RL games visited them (discovery.py), the curve (forced_curve.py)
 #   forced-arms  after forced: games from quiet training positions mixed in (position_share), other opponent schedules
 #           and branches of one run (fifth round of the docs), each with evals and where its games were lost (losses.py)
+#   forced-trappy  after forced-arms: branches against the trappy opponent (minimax moves that set traps), one with
+#           invalid moves forfeiting the game (sixth round of the docs), evals also against the trappy opponent
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -70,6 +72,33 @@ timed() {  # timed NAME CMD...: run and record the wall time of a phase in $R/ti
   local t0=$SECONDS
   "${@:2}"
   echo "$1 $(( SECONDS - t0 )) s" >> $R/times.txt
+}
+
+# RL arms from the forced start (forced-arms, forced-trappy): each a forced_grpo.toml run with its own schedule, a branch
+# being a copy of another arm's checkpoint at a step, resumed with another task_schedule (a resume need not match it)
+FA=$R/forced
+E='"position_share": 0, "split": "all", "kinds": "all"'  # a phase of whole games from the empty board only
+p() { echo "{\"from_step\": $1, \"env_args\": {\"min_random_move_prob\": 0, \"max_random_move_prob\": $2${3:+, $3}}}"; }
+MIX=(-s env_args.position_share=0.5 -s env_args.split=train -s env_args.kinds=quiet -s eval_env_args.position_share=0
+     -s eval_env_args.split=all -s eval_env_args.kinds=all -s max_steps=80)
+arm() {  # arm NAME [toolgym train -s ...]: one arm from the forced start, then its evals and where it lost
+  timed forced-$1 long toolgym train $X/forced_grpo.toml "${MIX[@]}" -s output_dir=$FA/$1 "${@:2}" --resume
+  rl_evals forced-$1 $FA/$1/final 2718
+  python $X/losses.py $R/eval/forced-$1-games200-optimal
+}
+branch() {  # branch NAME FROM STEP SCHEDULE_JSON [-s ...]: NAME continues FROM's checkpoint at STEP with SCHEDULE
+  local c; c=$(printf "step_%06d" "$3")
+  mkdir -p $FA/$1/checkpoints
+  [ -d $FA/$1/checkpoints/$c ] || { cp -r $FA/$2/checkpoints/$c $FA/$1/checkpoints/; cp $FA/$2/config.json $FA/$1/
+    python - $FA/$2 $FA/$1 "$3" <<'PY'
+import gzip, json, sys
+src, dst, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, op in (("metrics.jsonl", open), ("rollouts.jsonl.gz", gzip.open)):  # the source's records up to STEP
+    with op(f"{src}/{name}", "rt") as f, op(f"{dst}/{name}", "wt") as g:
+        g.writelines(line for line in f if line.strip() and json.loads(line)["step"] <= step)
+PY
+  }
+  arm "$1" -s "task_schedule=$4" "${@:5}"
 }
 
 mkdir -p $R
@@ -190,30 +219,7 @@ case "${1:-}" in
   forced-arms)  # fifth round (docs: "Fifth round"): forced_grpo.toml with games from quiet training positions mixed
     # in (position_share), other opponent schedules, and branches of one run at step 20 (its checkpoint copied into a
     # new run folder, resumed with another task_schedule: a resume need not match the schedule); after `forced`
-    N=$R/forced
-    E='"position_share": 0, "split": "all", "kinds": "all"'  # a phase of whole games from the empty board only
-    p() { echo "{\"from_step\": $1, \"env_args\": {\"min_random_move_prob\": 0, \"max_random_move_prob\": $2${3:+, $3}}}"; }
-    MIX=(-s env_args.position_share=0.5 -s env_args.split=train -s env_args.kinds=quiet -s eval_env_args.position_share=0
-         -s eval_env_args.split=all -s eval_env_args.kinds=all -s max_steps=80)
-    arm() {  # arm NAME [toolgym train -s ...]: one arm from the forced start, then its evals and where it lost
-      timed forced-$1 long toolgym train $X/forced_grpo.toml "${MIX[@]}" -s output_dir=$N/$1 "${@:2}" --resume
-      rl_evals forced-$1 $N/$1/final 2718
-      python $X/losses.py $R/eval/forced-$1-games200-optimal
-    }
-    branch() {  # branch NAME FROM STEP SCHEDULE_JSON [-s ...]: NAME continues FROM's checkpoint at STEP with SCHEDULE
-      local c; c=$(printf "step_%06d" "$3")
-      mkdir -p $N/$1/checkpoints
-      [ -d $N/$1/checkpoints/$c ] || { cp -r $N/$2/checkpoints/$c $N/$1/checkpoints/; cp $N/$2/config.json $N/$1/
-        python - $N/$2 $N/$1 "$3" <<'PY'
-import gzip, json, sys
-src, dst, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for name, op in (("metrics.jsonl", open), ("rollouts.jsonl.gz", gzip.open)):  # the source's records up to STEP
-    with op(f"{src}/{name}", "rt") as f, op(f"{dst}/{name}", "wt") as g:
-        g.writelines(line for line in f if line.strip() and json.loads(line)["step"] <= step)
-PY
-      }
-      arm "$1" -s "task_schedule=$4" "${@:5}"
-    }
+    N=$FA
     arm mixed -s "task_schedule=[$(p 0 1.0), $(p 10 0.5), $(p 25 0.2)]"
     arm mixed-t05 -s "task_schedule=[$(p 0 1.0), $(p 10 0.5), $(p 25 0.2)]" -s temperature=0.5
     arm mixed-low -s "task_schedule=[$(p 0 0.3)]"
@@ -225,6 +231,28 @@ PY
     branch wide-strong wide 40 "[$(p 0 1.0 "$E"), $(p 20 1.0 "$E"), $(p 40 0.2 "$E")]" -s max_steps=60
     python $X/forced_curve.py $R grpo=$N/grpo mixed=$N/mixed mixed-after20=$N/mixed-after20 strong=$N/strong \
       mixed-wide=$N/mixed-wide wide=$N/wide wide-strong=$N/wide-strong -o $X/forced_arms.png ;;
+  forced-trappy)  # sixth round (docs: "Sixth round"): the wide arm's branch against the trappy opponent (among its
+    # best moves, those that leave a quiet position with a losing move), over the whole random-move range, the lower
+    # half, and the whole range with invalid moves forfeiting the game; evals also against the trappy optimal opponent, and the fifth round's wide arm beside them. After
+    # forced-arms. ARMS picks some: two side by side with ARMS=trappy-wide LOCK=/tmp/a and ARMS="trappy-half wide"
+    # LOCK=/tmp/b (each run uses one thread)
+    T='"opponent_style": "trappy"'
+    F='"invalid_move": "forfeit"'  # an invalid move ends the game (a loss), as it does a greedy player's
+    for a in ${ARMS:-trappy-wide trappy-half trappy-forfeit wide}; do
+      case $a in
+        trappy-wide) branch trappy-wide mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 1.0 "$E, $T")]" -s max_steps=60 ;;
+        trappy-half) branch trappy-half mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 0.5 "$E, $T")]" -s max_steps=60 ;;
+        trappy-forfeit) branch trappy-forfeit mixed-after20 20 "[$(p 0 1.0 "$E"), $(p 20 1.0 "$E, $T, $F")]" \
+          -s max_steps=60 ;;
+      esac
+    done
+    for a in ${ARMS:-trappy-wide trappy-half trappy-forfeit wide}; do
+      toolgym eval tictactoe -m "hf:$FA/$a/final" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 2718 -a transport=inprocess \
+        -a min_random_move_prob=0 -a max_random_move_prob=0 -a opponent_style=trappy -o "$R/eval/forced-$a-games200-trappy" --resume
+      python $X/losses.py $R/eval/forced-$a-games200-trappy
+    done
+    python $X/forced_curve.py $R wide=$FA/wide trappy-wide=$FA/trappy-wide trappy-half=$FA/trappy-half \
+      trappy-forfeit=$FA/trappy-forfeit -o $X/forced_trappy.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -243,5 +271,5 @@ PY
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-trappy|forced-default|table"; exit 2 ;;
 esac

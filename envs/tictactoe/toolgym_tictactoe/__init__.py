@@ -9,7 +9,9 @@ Two kinds of task (`task=`):
   Rewards (weights configurable): outcome win 1 / draw 0.5 / loss 0 (a game still running at the turn cap is a
   loss), format (share of turns with a `<think>` block and exactly one well-formed call; weight 0.2), invalid-move
   penalty (-0.1 flat if any call was invalid: unparsable, unknown tool, bad arguments, occupied or out-of-range
-  cell). Metrics: win, draw, loss, invalid_moves, moves, heldout_visits.
+  cell; with `invalid_move="forfeit"` the game also ends there, a loss). The opponent: minimax with a random-move
+  probability, choosing uniformly among its best moves or (`opponent_style="trappy"`) among those that set a trap.
+  Metrics: win, draw, loss, invalid_moves, moves, heldout_visits.
 - `move`: one move from a position (`starts=positions`: the reachable positions of `split=`; `openings`: random
   openings inside the split; `kinds=` narrows position starts to win / block / quiet / free positions), graded
   exactly against the game tree (`positions.analyze`): reward `optimal_move`
@@ -139,6 +141,8 @@ class TicTacToeEnv(StatefulToolEnv):
         kinds: Literal["all", "win", "block", "quiet", "free"] | list[Literal["win", "block", "quiet", "free"]] = "all",
         agent_plays: Literal["X", "O"] = "X",
         position_share: Prob = 0.0,
+        opponent_style: Literal["uniform", "trappy"] = "uniform",
+        invalid_move: Literal["retry", "forfeit"] = "retry",
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -161,12 +165,24 @@ class TicTacToeEnv(StatefulToolEnv):
             position_share: Games from the empty board or openings only: the share of games (each example drawn
                 with this probability, seeded) that start instead from a reachable position of `split` and
                 `kinds`, so one run mixes whole games with games from the positions where choices matter.
+            opponent_style: How the opponent's minimax moves are chosen among equally good ones: uniformly (every
+                eval), or `trappy` -- preferring moves that leave the agent a quiet position (no win to take, no
+                threat to block) with a move that loses, where a player who knows only wins and blocks goes wrong.
+                Task rows carry it (like their random-move probability), so a `task_schedule` phase can set it.
+            invalid_move: What an invalid move costs in a game besides `invalid_penalty`: `retry` (the game goes
+                on; the move is asked again) or `forfeit` (the game ends there, unfinished: a loss -- as a greedy
+                player that repeats the move would lose it at the turn cap). Task rows carry it, like the style.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
             raise ValueError("need 0 <= min_random_move_prob <= max_random_move_prob <= 1")
         if num_groups < 1:
             raise ValueError("num_groups must be >= 1")
+        if opponent_style not in ("uniform", "trappy"):
+            raise ValueError(f"opponent_style must be 'uniform' or 'trappy', not {opponent_style!r}")
+        if invalid_move not in ("retry", "forfeit"):
+            raise ValueError(f"invalid_move must be 'retry' or 'forfeit', not {invalid_move!r}")
+        self.opponent_style, self.invalid_move = opponent_style, invalid_move
         if task not in ("game", "move"):
             raise ValueError(f"task must be 'game' or 'move', not {task!r}")
         starts = starts or ("empty" if task == "game" else "positions")
@@ -229,6 +245,10 @@ class TicTacToeEnv(StatefulToolEnv):
             lo = self.min_p + group * width
             row: dict[str, Any] = {"seed": ex_seed, "x_starts": rng.random() < 0.5,
                                    "random_move_prob": round(lo + rng.random() * width, 4), "group": group}
+            if self.opponent_style != "uniform":  # the opponent travels with the task, like its random-move prob
+                row["opponent_style"] = self.opponent_style
+            if self.invalid_move != "retry":
+                row["invalid_move"] = self.invalid_move
             if self.starts == "positions":
                 row["board"] = boards[i]
             elif mixed and rng.random() < self.position_share:
@@ -262,6 +282,8 @@ class TicTacToeEnv(StatefulToolEnv):
     # ------------------------------------------------------------ hooks
     async def setup_state(self, state: dict[str, Any], task: dict[str, Any]) -> None:
         args = {"seed": task.get("seed", 0), "random_move_prob": task.get("random_move_prob", 0.0)}
+        if task.get("opponent_style", "uniform") != "uniform":
+            args["style"] = task["opponent_style"]
         if task.get("board"):
             args["board"] = x_view(task["board"], task.get("agent_plays", "X"))
         else:
@@ -281,6 +303,8 @@ class TicTacToeEnv(StatefulToolEnv):
     async def env_response(self, state, turn, records):  # type: ignore[no-untyped-def]
         if any(r.name == "make_move" and r.exec_ok and "Game over" in r.result for r in records):
             state["over"] = True
+        elif state["task"].get("invalid_move") == "forfeit" and any(not r.exec_ok for r in records):
+            state["over"] = state["forfeit"] = True  # the game stays unfinished: scored as a loss
         return None
 
     @stop

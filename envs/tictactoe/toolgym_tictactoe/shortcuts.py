@@ -71,11 +71,13 @@ def _mix(parts: list[tuple[float, Outcome]]) -> Outcome:
     return tuple(sum(w * o[i] for w, o in parts) for i in range(3))  # type: ignore[return-value]
 
 
-def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, *, lookahead: bool = False) -> Outcome:
+def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, *, lookahead: bool = False,
+                  style: str = "uniform") -> Outcome:
     """(win, draw, loss) probabilities of the X player `policy` (board -> move distribution) against the env's
     opponent, by walking the whole game tree; over both starts (a coin flip, as the env's dataset draws it).
     `lookahead=True`: the policy is called as `policy(board, after)`, where `after(cell)` is the exact outcome of
-    playing `cell` there (for players that choose by expected result, such as the safest-best `ceiling.py` player)."""
+    playing `cell` there (for players that choose by expected result, such as the safest-best `ceiling.py` player).
+    `style`: the opponent's choice among its best moves (`trappy`: among those that set a trap, when any do)."""
     if not 0.0 <= random_move_prob <= 1.0:
         raise ValueError(f"random_move_prob must be in [0, 1], not {random_move_prob}")
 
@@ -95,7 +97,7 @@ def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, 
         free = g.free_cells(board)
         if not free:
             return (0.0, 1.0, 0.0)
-        best_o = g.best_moves(board, "O")
+        best_o = (style == "trappy" and g.trap_moves(board, "O")) or g.best_moves(board, "O")
         parts = [(random_move_prob / len(free), x_to_move(g.play(board, c, "O"))) for c in free]
         parts += [((1 - random_move_prob) / len(best_o), x_to_move(g.play(board, c, "O"))) for c in best_o]
         return _mix(parts)
@@ -104,9 +106,9 @@ def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, 
 
 
 @lru_cache(maxsize=None)
-def game_outcome(name: str, random_move_prob: float) -> Outcome:
+def game_outcome(name: str, random_move_prob: float, style: str = "uniform") -> Outcome:
     """Exact (win, draw, loss) of shortcut `name` as X against the env's opponent at `random_move_prob`."""
-    return exact_outcome(lambda b: move_distribution(name, b), random_move_prob)
+    return exact_outcome(lambda b: move_distribution(name, b), random_move_prob, style=style)
 
 
 def ceilings(boards: dict[str, list[str]] | None = None, random_move_probs: Iterable[float] = (1.0, 0.0),

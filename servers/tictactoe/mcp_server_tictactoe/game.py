@@ -3,7 +3,9 @@
 Cells are 0-8 row-major. The player (the model) is X, the opponent O. Minimax scores a finished game as
 +(10 - depth) for a win, -(10 - depth) for a loss and 0 for a draw, so it prefers faster wins and slower losses.
 The opponent chooses **uniformly among all equally good moves** (a first-best tie-break would let a model
-memorise it) and, with probability `random_move_prob`, plays a uniformly random free cell instead.
+memorise it) and, with probability `random_move_prob`, plays a uniformly random free cell instead. The `trappy`
+style chooses among its equally good moves those that set a trap (`trap_moves`): the other side then has no win to
+take and no threat to block, yet has a move that gives up the game's value.
 Noise control: the RNG for a reply is seeded from the game seed and the board, so two rollouts of one example
 that reach the same position get the same reply.
 """
@@ -70,17 +72,42 @@ def best_moves(board: str, side: str) -> list[int]:
     return sorted(c for c, v in values.items() if v == top)
 
 
+def can_win(board: str, side: str) -> bool:
+    """Whether `side` has a free cell that completes a line."""
+    return any(winner(play(board, c, side)) == side for c in free_cells(board))
+
+
+def trap_moves(board: str, side: str) -> list[int]:
+    """`side`'s best moves after which the other side faces a quiet position with a wrong move: no win to take, no
+    threat to block, and at least one free cell whose minimax value is worse than its best (sorted)."""
+    out = []
+    for c in best_moves(board, side):
+        after, them = play(board, c, side), other(side)
+        if is_over(after) or can_win(after, them) or can_win(after, side):
+            continue
+        values = move_values(after, them).values()
+        if min(values) < max(values):
+            out.append(c)
+    return out
+
+
+STYLES = ("uniform", "trappy")
+
+
 def reply_rng(seed: int, board: str) -> random.Random:
     """The opponent's RNG for the position `board` in the game seeded `seed` (noise control)."""
     return random.Random(f"tictactoe:{seed}:{board}")
 
 
-def opponent_move(board: str, seed: int, random_move_prob: float, side: str = "O") -> int:
-    """The opponent's reply: random with probability `random_move_prob`, else uniform among best moves."""
+def opponent_move(board: str, seed: int, random_move_prob: float, side: str = "O", style: str = "uniform") -> int:
+    """The opponent's reply: random with probability `random_move_prob`, else uniform among best moves -- among
+    those that set a trap when there are any, for the `trappy` style."""
     rng = reply_rng(seed, board)
     cells = free_cells(board)
     if rng.random() < random_move_prob:
         return rng.choice(cells)
+    if style == "trappy":
+        return rng.choice(trap_moves(board, side) or best_moves(board, side))
     return rng.choice(best_moves(board, side))
 
 

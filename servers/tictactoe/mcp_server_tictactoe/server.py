@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,6 +43,9 @@ XStarts = Annotated[bool | None, Field(description="Whether X (the player) moves
                                                    "the seed.")]
 RandomMoveProb = Annotated[float, Field(description="Probability (0 to 1) that the opponent plays a random free cell "
                                                     "instead of a best move.")]
+Style = Annotated[Literal["uniform", "trappy"], Field(description="How the opponent picks among equally good moves: "
+                                                  "uniformly, or (trappy) preferring moves after which you have no win "
+                                                  "to take and no threat to block but a move that loses.")]
 StartBoard = Annotated[str | None, Field(description="Start from this position instead: 9 cells row by row, X, O or "
                                                      "'.' for empty, X to move.")]
 
@@ -62,6 +65,7 @@ class Game:
     random_move_prob: float
     x_starts: bool
     board: str = g.EMPTY * 9
+    style: str = "uniform"
     moves: list[tuple[str, int]] = field(default_factory=list)
     invalid_moves: int = 0
     client: Hashable | None = None  # who started it (`client_key`)
@@ -79,7 +83,7 @@ class Game:
         return "in_progress"
 
     def opponent_reply(self) -> int:
-        cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O")
+        cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O", self.style)
         self.board = g.play(self.board, cell, "O")
         self.moves.append(("O", cell))
         return cell
@@ -163,17 +167,19 @@ class GameTable:
             self.evicted += 1
 
     def new(self, seed: int, x_starts: bool | None, random_move_prob: float, board: str | None = None,
-            client: Hashable | None = None) -> tuple[str, Game]:
+            client: Hashable | None = None, style: str = "uniform") -> tuple[str, Game]:
         if not 0.0 <= random_move_prob <= 1.0:
             raise ToolError(f"random_move_prob must be in [0, 1], got {random_move_prob}")
+        if style not in g.STYLES:
+            raise ToolError(f"style must be one of {', '.join(g.STYLES)}, got {style!r}")
         if board is not None:
             board = parse_position(board)
             x_starts = board.count("O") == board.count("X")
-            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, board=board)
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, board=board, style=style)
         else:
             if x_starts is None:
                 x_starts = random.Random(f"tictactoe-start:{seed}").random() < 0.5
-            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts)
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, style=style)
             if not x_starts:
                 game.opponent_reply()
         self._make_room(client)
@@ -208,10 +214,10 @@ def build_server(max_games: int = MAX_GAMES, max_client_games: int | None = None
 
     @_tool(srv)
     async def new_game(seed: Seed, ctx: Context, x_starts: XStarts = None, random_move_prob: RandomMoveProb = 0.0,
-                       board: StartBoard = None) -> dict[str, Any]:
+                       board: StartBoard = None, style: Style = "uniform") -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
         Returns the game id, who starts and the board."""
-        game_id, game = table.new(seed, x_starts, random_move_prob, board, client_key(ctx))
+        game_id, game = table.new(seed, x_starts, random_move_prob, board, client_key(ctx), style)
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
     @_tool(srv)
@@ -251,6 +257,7 @@ def build_server(max_games: int = MAX_GAMES, max_client_games: int | None = None
             "moves": [f"{side}{cell}" for side, cell in game.moves],
             "invalid_moves": game.invalid_moves,
             "random_move_prob": game.random_move_prob,
+            "style": game.style,
         }
 
     @_tool(srv)
