@@ -60,3 +60,24 @@ def test_a_bad_phase_argument_fails_before_the_model_loads(tmp_path: Path) -> No
                      task_schedule=[{"from_step": 0, "env_args": {"max_random_move_prob": 2.0}}])
     with pytest.raises(ValueError, match=r"task_schedule\[0\]\.env_args"):
         GRPOTrainer(cfg)
+
+
+def test_a_phase_argument_that_changes_no_task_row_is_refused(tmp_path: Path) -> None:
+    """A phase rebuilds only the task pool (the rollouts keep the run's env): an option that acts in the env's hooks
+    would silently do nothing there, so it is refused before the model loads. Options the rows carry pass: the
+    opponent's random-move range, `opponent_style` and `invalid_move` (tic-tac-toe puts them in every row)."""
+    from toolgym.train.grpo import GRPOTrainer, inert_phase_args
+
+    def cfg(phase_args: dict) -> GRPOConfig:
+        return GRPOConfig(model=str(tmp_path / "missing"), output_dir=str(tmp_path / "run"), env="tictactoe",
+                          env_args={"transport": "inprocess"}, num_examples=20,
+                          task_schedule=[{"from_step": 0, "env_args": {}},
+                                         {"from_step": 5, "env_args": phase_args}])
+
+    carried = {"max_random_move_prob": 0.5, "opponent_style": "trappy", "invalid_move": "forfeit",
+               "format_weight": 0.2}  # the last: the default said again, not a change
+    assert inert_phase_args(cfg(carried)) == []
+    assert inert_phase_args(cfg({"format_weight": 0.5, "transport": "stdio", "opponent_style": "trappy"})) == [
+        "task_schedule[1].env_args.format_weight", "task_schedule[1].env_args.transport"]
+    with pytest.raises(ValueError, match=r"task_schedule\[1\]\.env_args\.win_reward: changes no task row"):
+        GRPOTrainer(cfg({"win_reward": 2.0}))

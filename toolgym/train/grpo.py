@@ -134,6 +134,43 @@ class Totals:
                 "drift_kl": self.drift_kl_sum / n0, "train_tokens": n0}
 
 
+def inert_phase_args(cfg: GRPOConfig) -> list[str]:
+    """The `task_schedule[k].env_args.KEY` entries that change no task row. A phase rebuilds only the task pool, from
+    an env built with its arguments; the rollouts keep the run's env, so an option that acts in the env's hooks
+    (a reward weight, a transport) and not through the rows it builds would silently do nothing. A key counts as
+    inert when the phase's pool is the same with the key at the run's value (its `env_args` entry, else the env's
+    declared default); one whose run value makes the env refuse the other arguments is not inert."""
+    from toolgym.options import EMPTY, declared_options
+    from toolgym.registry import env_factory, load_env
+
+    declared = declared_options(env_factory(cfg.env)) or {}
+    out = []
+    for k, phase in enumerate(cfg.task_schedule):
+        args = {**cfg.env_args, **phase.env_args}
+        rows: list[dict[str, Any]] | None = None
+        for key, value in phase.env_args.items():
+            run = dict(args)
+            if key in cfg.env_args:
+                run[key] = cfg.env_args[key]
+            elif key in declared and declared[key].default is not EMPTY:
+                run.pop(key)
+                if declared[key].default == value:
+                    continue  # the default said again
+            else:
+                continue
+            if run == args:
+                continue
+            try:
+                other = load_env(cfg.env, **run).build_dataset(cfg.num_examples, seed=cfg.dataset_seed + k)
+            except (ValueError, TypeError):
+                continue  # the phase's value is needed for its other arguments to be accepted
+            if rows is None:
+                rows = load_env(cfg.env, **args).build_dataset(cfg.num_examples, seed=cfg.dataset_seed + k)
+            if other == rows:
+                out.append(f"task_schedule[{k}].env_args.{key}")
+    return out
+
+
 class GRPOTrainer:
     """State of one run; `run()` drives the loop. Small on purpose: rollouts are the env/engine's job, the loss is
     `toolgym.train.loss`, persistence is `toolgym.train.runstate`."""
@@ -157,6 +194,11 @@ class GRPOTrainer:
                     check_env_args(cfg.env, args)
                 except ValueError as exc:
                     raise ValueError(f"config {field}: {exc}") from None
+            idle = inert_phase_args(cfg)
+            if idle:
+                raise ValueError(f"config {', '.join(idle)}: changes no task row, so it would have no effect -- a "
+                                 "task_schedule phase only rebuilds the task pool (the rollouts keep the run's env); "
+                                 "set it in env_args, or make the env carry it in its task rows")
         from toolgym.models import check_model_source
 
         check_model_source(str(cfg.model))  # a missing folder is named before the env starts or the run folder is made
@@ -502,4 +544,4 @@ def run_grpo(cfg: GRPOConfig, resume: bool = False, on_step: Callable[[dict[str,
     return GRPOTrainer(cfg, resume, on_step, env).run()
 
 
-__all__ = ["GRPOTrainer", "rollout_metrics", "run_grpo"]
+__all__ = ["GRPOTrainer", "inert_phase_args", "rollout_metrics", "run_grpo"]
