@@ -372,6 +372,28 @@ def test_keep_sandboxes_keeps_each_rollouts_folder(tmp_path: Path, sandbox_root:
     assert [t.error for t in trajs] == [None] * 3 and kept() == []
 
 
+def test_a_kept_sandbox_whose_server_never_started_is_removed(tmp_path: Path, sandbox_root: Path) -> None:
+    """`keep_sandboxes` keeps what rollouts' servers wrote; a sandbox whose session never opened -- a server that
+    fails to start, or a warm-pool start cancelled when the env closes (the race that left an empty `.keep` folder
+    under load) -- is removed like any other."""
+    p = tmp_path / "env.toml"
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "go", "expected_calls": []}) + "\n")
+    p.write_text(f'name = "t"\n[tasks]\npath = "tasks.jsonl"\n[[rewards]]\ntype = "call_match"\n[server]\n'
+                 f'command = ["{sys.executable}", "-c", "import sys; sys.exit(3)"]\nscope = "rollout"\n'
+                 'cwd = "{rollout_dir}"\nkeep_sandboxes = true\n')
+    env = load_env(str(p))
+
+    async def go() -> None:
+        try:
+            await env.start()
+        finally:
+            await env.aclose()
+
+    with pytest.raises(Exception):  # noqa: B017 - the server exits at once: whatever the transport raises
+        asyncio.run(go())
+    assert _left(sandbox_root) == []
+
+
 def test_rollout_id_is_what_each_server_receives(tmp_path: Path, sandbox_root: Path) -> None:
     """`{rollout_id}` in a server's env reaches the server process as the session's sandbox id (its directory's
     name), a different one per rollout; through a config env the model's own call reads it back."""

@@ -716,10 +716,10 @@ class SessionProvider:
                 await proc.ensure_running()
             session = await self._open_session(spec, self._inprocess_server(False) if spec.kind == "inprocess"
                                                else None)
-        except BaseException:
+        except BaseException:  # never a rollout's: removed even under keep_sandboxes (a cancelled warm-pool start too)
             if proc is not None:
                 proc.terminate()
-            box.remove()
+            box.remove(force=True)
             raise
         session.sandbox, session.process = box, proc
         self._open.add(session)
