@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolgym.train.augment import NOVEL
+
 PHASES = ("generate", "env", "synth", "sft", "grpo", "eval")
 GENERATED_REWARDS = [
     {"name": "correct", "type": "python", "function": "toolgym.tasks.rewards:correct", "weight": 1.0},
@@ -59,7 +61,7 @@ class RecipeOptions:
     concurrency: int = 8
     num_threads: int | None = None
     augment: int = 0  # fresh-value copies per teacher row for SFT (`toolgym.train.augment`); 0 = off
-    augment_novel: float = 0.3  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
+    augment_novel: float = NOVEL  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
@@ -129,7 +131,7 @@ def string_values(tasks: list[dict[str, Any]]) -> set[str]:
     return {v[0] for t in tasks for c in t["expected_calls"] for v in c["arguments"].values() if isinstance(v[0], str)}
 
 
-def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int, novel: float = 0.3) -> Path:
+def augmented_teacher(teacher: Path, heldout: Path, k: int, seed: int, novel: float = NOVEL) -> Path:
     """`teacher.aug.jsonl` beside `teacher`: each row and `k` fresh-value copies (`toolgym.train.augment`, `novel`
     its share of invented words), no value drawn equal to a held-out task's; its counts in `teacher.aug.summary.json`.
     Rewritten when k, seed or novel differ."""

@@ -97,7 +97,7 @@ def exact_outcome(policy: Callable[..., Distribution], random_move_prob: float, 
         free = g.free_cells(board)
         if not free:
             return (0.0, 1.0, 0.0)
-        best_o = (style == "trappy" and g.trap_moves(board, "O")) or g.best_moves(board, "O")
+        best_o = g.minimax_choices(board, "O", style)
         parts = [(random_move_prob / len(free), x_to_move(g.play(board, c, "O"))) for c in free]
         parts += [((1 - random_move_prob) / len(best_o), x_to_move(g.play(board, c, "O"))) for c in best_o]
         return _mix(parts)

@@ -106,9 +106,13 @@ def opponent_move(board: str, seed: int, random_move_prob: float, side: str = "O
     cells = free_cells(board)
     if rng.random() < random_move_prob:
         return rng.choice(cells)
-    if style == "trappy":
-        return rng.choice(trap_moves(board, side) or best_moves(board, side))
-    return rng.choice(best_moves(board, side))
+    return rng.choice(minimax_choices(board, side, style))
+
+
+def minimax_choices(board: str, side: str, style: str = "uniform") -> list[int]:
+    """The moves the opponent chooses among (uniformly) when it does not play at random: its best moves, or for the
+    `trappy` style those of them that set a trap when there are any."""
+    return (style == "trappy" and trap_moves(board, side)) or best_moves(board, side)
 
 
 def pieces(board: str) -> str:
