@@ -201,3 +201,40 @@ def test_a_hidden_arg_without_a_state_key_is_an_error_at_load(tmp_path: Path) ->
     path = _write(tmp_path, HIDDEN.replace('set_value = { key = "slot" }', 'set_value = { key = "slots" }'))
     with pytest.raises(ValueError, match=r"env\.toml:\d+: .*env\.hidden_args\.set_value: no state key 'slots'"):
         load_env(str(path))
+
+
+def _keys(node: Any) -> set[str]:
+    """Every key of a JSON value, except the names under `properties` (a property may be called "title")."""
+    if isinstance(node, dict):
+        out = set()
+        for k, v in node.items():
+            if k == "properties":
+                for sub in v.values():
+                    out |= _keys(sub)
+            else:
+                out |= {k} | _keys(v)
+        return out
+    return set().union(*(_keys(v) for v in node)) if isinstance(node, list) else set()
+
+
+@pytest.mark.anyio
+async def test_brief_tool_descriptions_shorten_what_the_model_sees_not_what_is_validated(tmp_path: Path) -> None:
+    config = CONFIG.replace("tool_timeout = 5", 'tool_timeout = 5\ntool_descriptions = "brief"')
+    env = load_env(str(_write(tmp_path, config)))
+    (tmp_path / "full").mkdir()
+    full_env = load_env(str(_write(tmp_path / "full")))
+    assert env.tool_descriptions == "brief" and full_env.tool_descriptions == "full"
+    async with env, full_env:
+        brief, full = env.model_tools(), full_env.model_tools()
+        assert [t["function"]["name"] for t in brief] == [t["function"]["name"] for t in full]
+        assert "title" in _keys([t["function"]["parameters"] for t in full])  # the SDK titles every parameter
+        assert not {"title", "$schema"} & _keys([t["function"]["parameters"] for t in brief])
+        add = next(t["function"] for t in brief if t["function"]["name"] == "add")
+        assert add["parameters"]["properties"]["a"] == {"type": "integer"}
+        assert add["parameters"]["required"] == ["a", "b"]
+        assert "title" in env.tool_schema("add")["properties"]["a"]  # validation keeps the server's schema
+        tasks = env.build_dataset()
+        good = await run_rollouts(env, ScriptedPolicy(_solver(False)), [(i, 0, t) for i, t in enumerate(tasks)])
+    assert all(t.error is None and t.metrics["call_match"] == 1.0 for t in good)
+    # the option is also an env option (-a tool_descriptions=brief) that overrides the config
+    assert load_env(str(tmp_path / "full" / "env.toml"), tool_descriptions="brief").tool_descriptions == "brief"

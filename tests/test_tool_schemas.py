@@ -144,3 +144,31 @@ def test_google_docstrings_become_parameter_descriptions() -> None:
     assert props["note"]["enum"] == ["a", "b"] and props["note"]["description"] == "A note."
     assert parse_docstring(None) == ("", {})
     assert parse_docstring("One line.") == ("One line.", {})
+
+
+def test_first_sentence_and_the_brief_view_of_a_tool() -> None:
+    from toolgym.tool_schema import brief_tool, first_sentence
+
+    assert first_sentence("Read a file. Use with caution.") == "Read a file."
+    assert first_sentence("Source zone (e.g. America/New_York). Use UTC if unsure.") == \
+        "Source zone (e.g. America/New_York)."
+    assert first_sentence("Use e.g. Foo here. Then bar.") == "Use e.g. Foo here."
+    assert first_sentence("Version 2.5 is out. Next") == "Version 2.5 is out."
+    assert first_sentence("No end here") == "No end here"
+    assert first_sentence("First line\nSecond line. More.") == "First line"
+    tool = {"type": "function", "function": {
+        "name": "put", "description": "Store a note. Overwrites silently. Only within allowed folders.",
+        "parameters": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "title": "putArgs",
+                       "properties": {
+                           "title": {"type": "string", "title": "Title", "description": "The title. Keep short."},
+                           "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"], "title": "T"}},
+                           "size": {"type": "integer", "minimum": 1, "description": "Bytes"}},
+                       "required": ["title"]}}}
+    brief = brief_tool(tool)
+    fn = brief["function"]
+    assert fn["description"] == "Store a note." and fn["name"] == "put"
+    assert fn["parameters"] == {"type": "object", "required": ["title"], "properties": {
+        "title": {"type": "string", "description": "The title."},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        "size": {"type": "integer", "minimum": 1, "description": "Bytes"}}}
+    assert tool["function"]["parameters"]["$schema"]  # the input is not changed

@@ -115,6 +115,7 @@ class EnvSection(pydantic.BaseModel):
     max_turns: int = pydantic.Field(8, ge=1, le=1000)
     hidden_tools: list[str] = []
     visible_tools: list[str] | None = None
+    tool_descriptions: Literal["full", "brief"] = "full"  # "brief": each description's first sentence (env.py)
     on_no_call: Literal["stop", "nudge"] = "stop"
     tool_timeout: float = pydantic.Field(30.0, gt=0)
     report_by: list[str] = []  # task fields `toolgym eval` breaks results down by (e.g. ["kind"])
@@ -441,6 +442,7 @@ class ConfigEnv(StatefulToolEnv):
         options.setdefault("max_turns", e.max_turns)
         options.setdefault("on_no_call", e.on_no_call)
         options.setdefault("tool_timeout", e.tool_timeout)
+        options.setdefault("tool_descriptions", e.tool_descriptions)
         super().__init__(**options)
 
     def build_rubric(self) -> Rubric:

