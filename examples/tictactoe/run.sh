@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-trappy forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-trappy forced-restart forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -30,6 +30,8 @@
 #           and branches of one run (fifth round of the docs), each with evals and where its games were lost (losses.py)
 #   forced-trappy  after forced-arms: branches against the trappy opponent (minimax moves that set traps), one with
 #           invalid moves forfeiting the game (sixth round of the docs), evals also against the trappy opponent
+#   forced-restart  after forced: half of each step's groups restart from boards of the previous step's lost games
+#           (restart_share), against the same run without restarts (seventh round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -253,6 +255,22 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R wide=$FA/wide trappy-wide=$FA/trappy-wide trappy-half=$FA/trappy-half \
       trappy-forfeit=$FA/trappy-forfeit -o $X/forced_trappy.png ;;
+  forced-restart)  # seventh round (docs: "Seventh round"): half of each step's groups restart from boards that the
+    # previous step's lost games showed (restart_share = 0.5, per-decision credit), against the control without
+    # restarts; both 60 steps from the forced start over the whole random-move range from the empty board (as wide),
+    # invalid moves forfeiting the game in training (not in the evals). After forced (its start only). ARMS picks
+    # some: side by side with ARMS=restart LOCK=/tmp/a and ARMS=forfeit LOCK=/tmp/b (each run uses one thread)
+    RS=(-s task_schedule=[] -s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry)
+    for a in ${ARMS:-restart forfeit}; do
+      case $a in
+        restart) S=(-s restart_share=0.5) ;;
+        *) S=() ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s output_dir=$FA/$a "${RS[@]}" "${S[@]}" --resume
+      rl_evals forced-$a $FA/$a/final 2718
+      python $X/losses.py $R/eval/forced-$a-games200-optimal
+    done
+    python $X/forced_curve.py $R restart=$FA/restart forfeit=$FA/forfeit -o $X/forced_restart.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -271,5 +289,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-trappy|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-trappy|forced-restart|forced-default|table"; exit 2 ;;
 esac

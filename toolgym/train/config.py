@@ -114,6 +114,11 @@ class GRPOConfig(ModelTrainConfig):
         "number), e.g. an opponent whose random-move probability is annealed from high to 0. Only the task rows "
         "change: the rollouts still run through the run's env, so the phase's arguments must be ones the env puts "
         "into its task rows (tic-tac-toe: min/max_random_move_prob, num_groups, starts).")
+    restart_share: float = Field(0.0, ge=0, le=1, description="The share of each step's groups that restart "
+        "from a state the previous step's rollouts reached (the env's restart_tasks hook; tic-tac-toe: a board a "
+        "lost game showed the model) instead of a pool task: the group's samples then differ only from that "
+        "decision on, so its advantage credits that decision. The first step of a run (and of a resume) has no "
+        "previous rollouts and draws only pool tasks.")
     save_rollouts: bool = Field(False, description="Append every rollout of every step (task, messages, calls, "
         "rewards, metrics; no tokens) to OUTPUT/rollouts.jsonl.gz, one gzip member per step: what the run's games "
         "visited, for analyses after training.")

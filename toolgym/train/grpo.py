@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolgym.env import StatefulToolEnv
 from toolgym.train.config import GRPOConfig
 from toolgym.train.data import answer_only, pad_batch, step_examples
 from toolgym.train.loss import group_advantages, masked_logprobs, policy_loss, token_weights
@@ -205,6 +206,10 @@ class GRPOTrainer:
         self.env = env if env is not None else load_env(cfg.env, **cfg.env_args)
         self.phase = -1  # the task_schedule phase self.tasks was built for (-1: no schedule)
         self.tasks = self.env.build_dataset(cfg.num_examples, seed=cfg.dataset_seed)
+        if cfg.restart_share and type(self.env).restart_tasks is StatefulToolEnv.restart_tasks:
+            raise ValueError(f"config restart_share: the env {cfg.env!r} cannot restart episodes from a reached state "
+                             "(it does not implement restart_tasks)")
+        self.restart_from: list[Trajectory] = []  # the previous step's rollouts (restart_share)
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
         out = cfg.output_dir
         ckpt = prepare_run(out, cfg.model_dump(mode="json"), resume, RESUME_KEYS)
@@ -316,11 +321,23 @@ class GRPOTrainer:
         cfg = self.cfg
         self.schedule_tasks(step)
         ex = step_examples(step, cfg.batch_size, len(self.tasks), self.num_groups, cfg.dataset_seed + cfg.seed)
-        jobs = [(i, r, self.tasks[i]) for i in ex for r in range(cfg.rollouts_per_example)]
+        tasks = [(i, self.tasks[i]) for i in ex]
+        n_restart = round(cfg.restart_share * cfg.batch_size) if self.restart_from else 0
+        self.restarts = 0
+        if n_restart:  # the last groups restart from states the previous step reached (ids past the pool's)
+            rng = random.Random(f"restart:{cfg.seed}:{step}")
+            rows = self.env.restart_tasks(self.restart_from, n_restart, rng)[:n_restart]
+            base = len(self.tasks) + step * cfg.batch_size
+            tasks[len(tasks) - len(rows):] = [(base + j, row) for j, row in enumerate(rows)]
+            self.restarts = len(rows)
+        jobs = [(i, r, task) for i, task in tasks for r in range(cfg.rollouts_per_example)]
         self.policy.seed = cfg.seed * 1_000_003 + step  # sampling is a function of (seed, step, job): resumable
         self.policy.reset_sessions()
         self.model.eval()
-        return await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
+        trajs = await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
+        if cfg.restart_share:
+            self.restart_from = trajs
+        return trajs
 
     # ------------------------------------------------------------------------------------------------ update
     def update(self, trajs: list[Trajectory]) -> dict[str, float]:
@@ -479,6 +496,8 @@ class GRPOTrainer:
                        "gen_mean_batch": gen.get("mean_decode_rows") or gen["mean_batch_size"], "sync_s": sync_s}
                 if cfg.task_schedule:
                     rec["phase"] = self.phase
+                if cfg.restart_share:
+                    rec["restart_groups"] = self.restarts
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0

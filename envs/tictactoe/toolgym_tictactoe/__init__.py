@@ -334,6 +334,41 @@ class TicTacToeEnv(StatefulToolEnv):
             (win, 0.0), (draw, 0.0), (loss, 0.0), (invalid_moves, 0.0), (moves, 0.0), (heldout_visits, 0.0),
         ])
 
+    def restart_tasks(self, trajectories: list[Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
+        """Games that restart from boards the model was shown in `trajectories` (GRPO's `restart_share`): X to move
+        with at least two free cells, taken first from games it lost (one board per lost game, drawn uniformly
+        among those it faced there), then from the others; each board once. A restart keeps its game's opponent
+        (seed, random-move probability, style, invalid-move rule) and is marked `start = "restart"`. Only the
+        outcome chooses: no position analysis tells which board mattered."""
+        if self.task != "game":
+            raise ValueError("restart_tasks restarts games (task=game)")
+        lost, other = [], []
+        for t in trajectories:
+            if t.error is not None:
+                continue
+            boards = [b for b in positions_shown(t.messages) if b.count(".") >= 2 and b != "." * 9]
+            if boards:
+                (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for pool in (lost, other):
+            rng.shuffle(pool)
+            for task, boards in pool:
+                if len(rows) >= n:
+                    return rows
+                fresh = [b for b in boards if b not in seen]
+                if not fresh:
+                    continue
+                board = rng.choice(fresh)
+                seen.add(board)
+                pos = P.analyze(board)
+                row = {k: task[k] for k in ("seed", "random_move_prob", "group", "opponent_style", "invalid_move")
+                       if k in task}
+                row.update(board=board, start="restart", x_starts=board.count("X") == board.count("O"),
+                           kind=pos.kind, pieces=pos.pieces, split=pos.split)
+                rows.append(row)
+        return rows
+
     def scripted_players(self) -> dict[str, Any]:
         return {"minimax": minimax_player, "random": random_player, "imperfect": imperfect_player}
 
