@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-arms forced-trappy forced-restart forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -26,6 +26,7 @@
 #           mistakes=quiet), then GRPO on whole games vs the minimax opponent annealed from random to optimal with
 #           each of LOSSES="cispo grpo dr_grpo", 200 games per opponent on seed 2718, quiet positions split by
 #           whether the RL games visited them (discovery.py), the curve (forced_curve.py)
+#   forced-start  instead of forced's SFT: the committed start (examples/tictactoe/forced_start) copied where it goes
 #   forced-arms  after forced: games from quiet training positions mixed in (position_share), other opponent schedules
 #           and branches of one run (fifth round of the docs), each with evals and where its games were lost (losses.py)
 #   forced-trappy  after forced-arms: branches against the trappy opponent (minimax moves that set traps), one with
@@ -203,6 +204,10 @@ case "${1:-}" in
     toolgym synth tictactoe "${FT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
     toolgym synth tictactoe "${FT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 600 \
       --drop-if heldout_visits --require-valid -o $N/games.jsonl ;;
+  forced-start)  # the committed forced start (examples/tictactoe/forced_start, the SFT of `forced`) where the RL
+    # phases look for it, instead of rebuilding it (25-45 min)
+    mkdir -p $R/forced/sft
+    [ -d $R/forced/sft/final ] || cp -r $X/forced_start $R/forced/sft/final ;;
   forced)
     N=$R/forced
     bash $X/run.sh forced-data
@@ -258,7 +263,7 @@ case "${1:-}" in
   forced-restart)  # seventh round (docs: "Seventh round"): half of each step's groups restart from boards that the
     # previous step's lost games showed (restart_share = 0.5, per-decision credit), against the control without
     # restarts; both 60 steps from the forced start over the whole random-move range from the empty board (as wide),
-    # invalid moves forfeiting the game in training (not in the evals). After forced (its start only). ARMS picks
+    # invalid moves forfeiting the game in training (not in the evals). After forced or forced-start. ARMS picks
     # some: side by side with ARMS=restart LOCK=/tmp/a and ARMS=forfeit LOCK=/tmp/b (each run uses one thread)
     RS=(-s task_schedule=[] -s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry)
     for a in ${ARMS:-restart forfeit}; do
@@ -289,5 +294,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-arms|forced-trappy|forced-restart|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-default|table"; exit 2 ;;
 esac
