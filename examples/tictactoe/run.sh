@@ -260,22 +260,27 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R wide=$FA/wide trappy-wide=$FA/trappy-wide trappy-half=$FA/trappy-half \
       trappy-forfeit=$FA/trappy-forfeit -o $X/forced_trappy.png ;;
-  forced-restart)  # seventh round (docs: "Seventh round"): half of each step's groups restart from boards that the
-    # previous step's lost games showed (restart_share = 0.5, per-decision credit), against the control without
-    # restarts; both 60 steps from the forced start over the whole random-move range from the empty board (as wide),
-    # invalid moves forfeiting the game in training (not in the evals). After forced or forced-start. ARMS picks
-    # some: side by side with ARMS=restart LOCK=/tmp/a and ARMS=forfeit LOCK=/tmp/b (each run uses one thread)
-    RS=(-s task_schedule=[] -s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry)
-    for a in ${ARMS:-restart forfeit}; do
+  forced-restart)  # seventh round (docs: "Seventh round"): a share of each step's groups restarts from boards that
+    # the previous step's lost games showed (restart_share, per-decision credit); 60 steps from the forced start over
+    # the whole random-move range from the empty board (the fifth round's wide arm is the control: the same without
+    # restarts). restart-forfeit / forfeit-only: the first try, invalid moves forfeiting the game in training (not in
+    # the evals), stopped at steps 43 / 32. After forced or forced-start. ARMS picks some: side by side with
+    # ARMS=restart LOCK=/tmp/a and ARMS=restart75 LOCK=/tmp/b (each run uses one thread)
+    RS=(-s task_schedule=[] -s eval_env_args.invalid_move=retry)
+    F=(-s env_args.invalid_move=forfeit)
+    for a in ${ARMS:-restart restart75}; do
       case $a in
         restart) S=(-s restart_share=0.5) ;;
-        *) S=() ;;
+        restart75) S=(-s restart_share=0.75) ;;
+        restart-forfeit) S=(-s restart_share=0.5 "${F[@]}") ;;
+        forfeit-only) S=("${F[@]}") ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s output_dir=$FA/$a "${RS[@]}" "${S[@]}" --resume
       rl_evals forced-$a $FA/$a/final 2718
       python $X/losses.py $R/eval/forced-$a-games200-optimal
     done
-    python $X/forced_curve.py $R restart=$FA/restart forfeit=$FA/forfeit -o $X/forced_restart.png ;;
+    python $X/forced_curve.py $R restart=$FA/restart restart75=$FA/restart75 restart-forfeit=$FA/restart-forfeit \
+      forfeit-only=$FA/forfeit-only -o $X/forced_restart.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
