@@ -264,7 +264,8 @@ case "${1:-}" in
     # the previous step's lost games showed (restart_share, per-decision credit); 60 steps from the forced start over
     # the whole random-move range from the empty board (the fifth round's wide arm is the control: the same without
     # restarts). restart-forfeit / forfeit-only: the first try, invalid moves forfeiting the game in training (not in
-    # the evals), stopped at steps 43 / 32. After forced or forced-start. ARMS picks some: side by side with
+    # the evals), stopped at steps 43 / 32. opening / opening25: restarts only from boards of at most 3 marks
+    # (restart_max_pieces), share 0.5 / 0.25. After forced or forced-start. ARMS picks some: side by side with
     # ARMS=restart LOCK=/tmp/a and ARMS=restart75 LOCK=/tmp/b (each run uses one thread)
     RS=(-s task_schedule=[] -s eval_env_args.invalid_move=retry)
     F=(-s env_args.invalid_move=forfeit)
@@ -272,6 +273,8 @@ case "${1:-}" in
       case $a in
         restart) S=(-s restart_share=0.5) ;;
         restart75) S=(-s restart_share=0.75) ;;
+        opening) S=(-s restart_share=0.5 -s env_args.restart_max_pieces=3) ;;
+        opening25) S=(-s restart_share=0.25 -s env_args.restart_max_pieces=3) ;;
         restart-forfeit) S=(-s restart_share=0.5 "${F[@]}") ;;
         forfeit-only) S=("${F[@]}") ;;
       esac
@@ -279,7 +282,8 @@ case "${1:-}" in
       rl_evals forced-$a $FA/$a/final 2718
       python $X/losses.py $R/eval/forced-$a-games200-optimal
     done
-    python $X/forced_curve.py $R restart=$FA/restart restart75=$FA/restart75 restart-forfeit=$FA/restart-forfeit \
+    python $X/forced_curve.py $R restart=$FA/restart restart75=$FA/restart75 opening=$FA/opening opening25=$FA/opening25 \
+      restart-forfeit=$FA/restart-forfeit \
       forfeit-only=$FA/forfeit-only -o $X/forced_restart.png ;;
   forced-default)
     N=$R/forced-default

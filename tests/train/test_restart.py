@@ -20,8 +20,12 @@ from toolgym.rollout import run_rollouts
 from toolgym.train.config import GRPOConfig
 
 
+def env_restarts_possible(games: list) -> set[str]:
+    return {b for g in games for b in positions_shown(g.messages) if b.count(".") >= 2 and b != "." * 9}
+
+
 def test_restarts_come_from_boards_lost_games_showed_and_start_there() -> None:
-    async def go() -> tuple[list, list, list]:
+    async def go() -> tuple[list, list, list, list]:
         env = load_env("tictactoe", transport="inprocess", invalid_move="forfeit", opponent_style="trappy")
         player = load_policy("scripted:random", env)
         rows = env.build_dataset(24)
@@ -29,9 +33,13 @@ def test_restarts_come_from_boards_lost_games_showed_and_start_there() -> None:
             games = await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], 24)
             restarts = env.restart_tasks(games, 6, random.Random(0))
             again = await run_rollouts(env, player, [(100 + i, 0, r) for i, r in enumerate(restarts)], 6)
-        return games, restarts, again
+            opening = load_env("tictactoe", transport="inprocess", restart_max_pieces=3)
+            early = opening.restart_tasks(games, 24, random.Random(0))
+        return games, restarts, again, early
 
-    games, restarts, again = asyncio.run(go())
+    games, restarts, again, early = asyncio.run(go())
+    assert early and all(9 - r["board"].count(".") <= 3 for r in early)  # restart_max_pieces: the opening only
+    assert any(9 - b.count(".") > 3 for b in env_restarts_possible(games))  # the filter had boards to leave out
     lost = [g for g in games if g.metrics["loss"] == 1.0]
     assert len(lost) >= 6  # a random player against the optimal opponent loses most games
     lost_boards = {b for g in lost for b in positions_shown(g.messages)}

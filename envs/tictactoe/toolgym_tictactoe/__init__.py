@@ -143,6 +143,7 @@ class TicTacToeEnv(StatefulToolEnv):
         position_share: Prob = 0.0,
         opponent_style: Literal["uniform", "trappy"] = "uniform",
         invalid_move: Literal["retry", "forfeit"] = "retry",
+        restart_max_pieces: Annotated[int, Field(ge=1, le=7)] = 7,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -172,6 +173,8 @@ class TicTacToeEnv(StatefulToolEnv):
             invalid_move: What an invalid move costs in a game besides `invalid_penalty`: `retry` (the game goes
                 on; the move is asked again) or `forfeit` (the game ends there, unfinished: a loss -- as a greedy
                 player that repeats the move would lose it at the turn cap). Task rows carry it, like the style.
+            restart_max_pieces: Games that restart (GRPO's `restart_share`) start only from boards with at most
+                this many marks: 3 keeps them to the opening, where the opponent's first replies set its traps.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -183,6 +186,7 @@ class TicTacToeEnv(StatefulToolEnv):
         if invalid_move not in ("retry", "forfeit"):
             raise ValueError(f"invalid_move must be 'retry' or 'forfeit', not {invalid_move!r}")
         self.opponent_style, self.invalid_move = opponent_style, invalid_move
+        self.restart_max_pieces = restart_max_pieces
         if task not in ("game", "move"):
             raise ValueError(f"task must be 'game' or 'move', not {task!r}")
         starts = starts or ("empty" if task == "game" else "positions")
@@ -336,7 +340,7 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def restart_tasks(self, trajectories: list[Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
         """Games that restart from boards the model was shown in `trajectories` (GRPO's `restart_share`): X to move
-        with at least two free cells, taken first from games it lost (one board per lost game, drawn uniformly
+        with at least two free cells and at most `restart_max_pieces` marks, taken first from games it lost (one board per lost game, drawn uniformly
         among those it faced there), then from the others; each board once. A restart keeps its game's opponent
         (seed, random-move probability, style, invalid-move rule) and is marked `start = "restart"`. Only the
         outcome chooses: no position analysis tells which board mattered."""
@@ -346,7 +350,8 @@ class TicTacToeEnv(StatefulToolEnv):
         for t in trajectories:
             if t.error is not None:
                 continue
-            boards = [b for b in positions_shown(t.messages) if b.count(".") >= 2 and b != "." * 9]
+            boards = [b for b in positions_shown(t.messages)
+                      if b.count(".") >= 2 and b != "." * 9 and 9 - b.count(".") <= self.restart_max_pieces]
             if boards:
                 (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
         rows: list[dict[str, Any]] = []
