@@ -20,7 +20,7 @@ from toolgym.rollout import run_rollouts
 from toolgym.train.config import GRPOConfig
 
 
-def env_restarts_possible(games: list) -> set[str]:
+def _restartable(games: list) -> set[str]:
     return {b for g in games for b in positions_shown(g.messages) if b.count(".") >= 2 and b != "." * 9}
 
 
@@ -39,7 +39,7 @@ def test_restarts_come_from_boards_lost_games_showed_and_start_there() -> None:
 
     games, restarts, again, early = asyncio.run(go())
     assert early and all(9 - r["board"].count(".") <= 3 for r in early)  # restart_max_pieces: the opening only
-    assert any(9 - b.count(".") > 3 for b in env_restarts_possible(games))  # the filter had boards to leave out
+    assert any(9 - b.count(".") > 3 for b in _restartable(games))  # the filter had boards to leave out
     lost = [g for g in games if g.metrics["loss"] == 1.0]
     assert len(lost) >= 6  # a random player against the optimal opponent loses most games
     lost_boards = {b for g in lost for b in positions_shown(g.messages)}

@@ -210,6 +210,7 @@ class GRPOTrainer:
             raise ValueError(f"config restart_share: the env {cfg.env!r} cannot restart episodes from a reached state "
                              "(it does not implement restart_tasks)")
         self.restart_from: list[Trajectory] = []  # the previous step's rollouts (restart_share)
+        self.restarts = 0  # restarted groups in the current step
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
         out = cfg.output_dir
         ckpt = prepare_run(out, cfg.model_dump(mode="json"), resume, RESUME_KEYS)

@@ -91,6 +91,14 @@ def board_from_messages(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _board_fields(board: str) -> dict[str, Any]:
+    """The fields a task row that starts from `board` (X to move) carries: who started, and the position's kind,
+    pieces and split (what evals break results down by)."""
+    pos = P.analyze(board)
+    return {"x_starts": board.count("X") == board.count("O"), "kind": pos.kind, "pieces": pos.pieces,
+            "split": pos.split}
+
+
 def positions_shown(messages: list[dict[str, Any]]) -> list[str]:
     """The positions with X to move that a game's user and tool messages showed the player, in order, each once:
     where it had to choose a move (the start, then the board after each opponent reply). What an RL run's games
@@ -262,9 +270,7 @@ class TicTacToeEnv(StatefulToolEnv):
             if mixed:  # which half of a mixed pool the game came from (eval breaks results down by it)
                 row.setdefault("start", self.starts)
             if "board" in row:
-                pos = P.analyze(row["board"])
-                row.update(x_starts=pos.board.count("X") == pos.board.count("O"), kind=pos.kind,
-                           pieces=pos.pieces, split=pos.split)
+                row.update(_board_fields(row["board"]))
                 if self.agent_plays == "O":
                     row["board"], row["agent_plays"] = P.swap_colours(row["board"]), "O"
             rows.append(row)
@@ -340,8 +346,9 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def restart_tasks(self, trajectories: list[Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
         """Games that restart from boards the model was shown in `trajectories` (GRPO's `restart_share`): X to move
-        with at least two free cells and at most `restart_max_pieces` marks, taken first from games it lost (one board per lost game, drawn uniformly
-        among those it faced there), then from the others; each board once. A restart keeps its game's opponent
+        with at least one and at most `restart_max_pieces` marks (so at least two free cells), taken first from games
+        it lost (one board per lost game, drawn uniformly among those it faced there), then from the others; each
+        board once. A restart keeps its game's opponent
         (seed, random-move probability, style, invalid-move rule) and is marked `start = "restart"`. Only the
         outcome chooses: no position analysis tells which board mattered."""
         if self.task != "game":
@@ -350,8 +357,7 @@ class TicTacToeEnv(StatefulToolEnv):
         for t in trajectories:
             if t.error is not None:
                 continue
-            boards = [b for b in positions_shown(t.messages)
-                      if b.count(".") >= 2 and b != "." * 9 and 9 - b.count(".") <= self.restart_max_pieces]
+            boards = [b for b in positions_shown(t.messages) if 1 <= 9 - b.count(".") <= self.restart_max_pieces]
             if boards:
                 (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
         rows: list[dict[str, Any]] = []
@@ -366,12 +372,9 @@ class TicTacToeEnv(StatefulToolEnv):
                     continue
                 board = rng.choice(fresh)
                 seen.add(board)
-                pos = P.analyze(board)
                 row = {k: task[k] for k in ("seed", "random_move_prob", "group", "opponent_style", "invalid_move")
                        if k in task}
-                row.update(board=board, start="restart", x_starts=board.count("X") == board.count("O"),
-                           kind=pos.kind, pieces=pos.pieces, split=pos.split)
-                rows.append(row)
+                rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
         return rows
 
     def scripted_players(self) -> dict[str, Any]:
