@@ -132,6 +132,35 @@ def test_reference_teacher_can_answer_concisely_for_sft_data() -> None:
         load_policy("scripted:reference", env, answer_from="oracle")
 
 
+@need_servers
+def test_reference_teacher_quotes_the_result_line_that_holds_the_answer() -> None:
+    """answer_from="quote": the answer turn first copies the last line of the tool result holding the answer (the
+    target zone's datetime for a time task, not the source's), then answers; tasks without a call just answer."""
+    from toolgym import load_policy
+
+    env = load_env(str(ENV))
+    tasks = env.build_dataset(8)
+    trajs = _run(env, load_policy("scripted:reference", env, answer_from="quote"), tasks)
+    for t in trajs:
+        quote, _, answer = t.messages[-1]["content"].rpartition("\n")
+        assert answer == f"<answer>{t.task['answer']}</answer>" and t.rewards["correct"] == 1.0
+        if t.calls:
+            assert quote and quote in t.calls[-1].result and t.task["answer"] in quote
+        else:
+            assert quote == ""
+        if t.task["kind"] == "time":
+            target = t.calls[-1].result.split('"target"')[1]
+            assert quote in target
+
+
+def test_evidence_line_is_the_last_line_holding_the_answer() -> None:
+    from toolgym.config_env import evidence_line
+
+    out = 'a: 13:00\n  "datetime": "2026-01-01T13:00:00+08:00",\nend'
+    assert evidence_line(out, "13:00") == '"datetime": "2026-01-01T13:00:00+08:00",'
+    assert evidence_line(out, "14:00") is None and evidence_line(out, "") is None
+
+
 def test_heldout_split_shares_no_prompt_or_arguments_with_training(tmp_path: Path) -> None:
     """The held-out split measures unseen argument combinations: no held-out prompt, call-argument set, zone pair,
     operand pair or word occurs in a 4,000-task training set (the size run.sh trains on)."""

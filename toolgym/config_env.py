@@ -375,15 +375,24 @@ def next_expected_call(task: dict[str, Any], memory: dict[str, Any]) -> Any:
     return AssistantTurn(content="", tool_calls=[call(expected[i]["name"], dict(args))])
 
 
+def evidence_line(output: str, answer: str) -> str | None:
+    """The last line of a tool output that contains `answer` (stripped), or None (no such line, or no answer)."""
+    if not answer:
+        return None
+    return next((line.strip() for line in reversed(output.splitlines()) if answer in line), None)
+
+
 def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
     """Replays the task's `expected_calls` (an expected call's `reference` arguments, else the first acceptable value
     of each argument; any argument names, `name` included), then answers with the last
     tool output inside <answer> tags (or the task's `answer` when the task has no expected calls). Validates a
     config env's plumbing and rewards; it is an oracle, not a baseline. `answer_from="task"` answers with the
     task's `answer` after the calls instead (concise teacher data for `toolgym synth --teacher-arg
-    answer_from=task`)."""
-    if answer_from not in ("tool", "task"):
-        raise ValueError(f"answer_from must be 'tool' or 'task', not {answer_from!r}")
+    answer_from=task`); `answer_from="quote"` does the same after quoting the line of the last tool output that
+    holds that answer (the last such line), so the answer is copied from a line the turn has just written rather than
+    found in a long result (a step a small model can learn: docs/envs/multi-server.md)."""
+    if answer_from not in ("tool", "task", "quote"):
+        raise ValueError(f"answer_from must be 'tool', 'task' or 'quote', not {answer_from!r}")
     from toolgym.policies.scripted import ScriptedPolicy
     from toolgym.types import AssistantTurn
 
@@ -394,7 +403,8 @@ def _reference_player(env: Any, /, answer_from: str = "tool") -> Any:
             return turn
         last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), None)
         answer = last if last is not None and answer_from == "tool" else str(task.get("answer", ""))
-        return AssistantTurn(content=f"<answer>{answer}</answer>")
+        quote = evidence_line(last, answer) if answer_from == "quote" and last is not None else None
+        return AssistantTurn(content=(f"{quote}\n" if quote else "") + f"<answer>{answer}</answer>")
 
     return ScriptedPolicy(act, "scripted:reference", answer_key=True)
 

@@ -3,6 +3,8 @@
 #   examples/multi_server/run.sh [synth|init|sft|grpo|eval|all]   (default: all; run from the repository root)
 #   examples/multi_server/run.sh [synth|base-sft|base-grpo|base-eval|base]   the same from the tool-calling base
 #     (toolgym/models/toolcall_base: pre-trained to copy values into calls; no init step, it keeps its tokenizer)
+#   examples/multi_server/run.sh [quote-synth|quote-sft|quote-grpo|quote-eval|quote]   the same from the base with a
+#     teacher that quotes the result line holding the answer before answering (answer_from=quote)
 # Measured (docs/envs/multi-server.md): synth 20 s, SFT ~19 min, GRPO ~8 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +42,27 @@ if [[ $step == base-eval || $step == base ]]; then   # the base, base-SFT and ba
   $PY examples/multi_server/plot_results.py $R/eval-models-toolcall_base $R/eval-base-sft-final $R/eval-base-grpo-final \
     --labels base base-SFT base-GRPO -o examples/multi_server/base_heldout.png
   $TG plot $R/base-grpo -o examples/multi_server/base_grpo_curves.png
+fi
+if [[ $step == quote-synth || $step == quote ]]; then   # the same tasks; the answer turn quotes its evidence line
+  [ -f $R/tasks.jsonl ] || $PY examples/multi_server/make_tasks.py 16000 240 "$R"
+  $TG synth $ENV -m scripted:reference --teacher-arg answer_from=quote -n 0 -c 8 --min-reward 1.5 \
+    -a tasks="$PWD/$R/tasks.jsonl" -o $R/teacher_quote.jsonl
+fi
+if [[ $step == quote-sft || $step == quote ]]; then      # base_sft.toml on the quoting teacher's rows, 1,000 steps
+  $TG sft examples/multi_server/base_sft.toml -d $R/teacher_quote.jsonl -s output_dir=$R/quote-sft -s epochs=${QUOTE_EPOCHS:-1.0}
+fi
+if [[ $step == quote-grpo || $step == quote ]]; then     # base_grpo.toml from the quoting SFT model
+  $TG train examples/multi_server/base_grpo.toml -s model=$R/quote-sft/final -s output_dir=$R/quote-grpo
+fi
+if [[ $step == quote-eval || $step == quote ]]; then     # base-SFT (answer_from=task) vs quote-SFT vs quote-GRPO
+  for m in quote-sft/final quote-grpo/final; do
+    rm -rf "$R/eval-${m%%/*}"
+    $TG eval $ENV -a tasks=heldout.jsonl -n 0 -c 8 -m hf:$R/$m -t 0 --max-tokens 160 -o "$R/eval-${m%%/*}"
+  done
+  runs=($R/eval-quote-sft $R/eval-quote-grpo); labels=(quote-SFT quote-GRPO)
+  if [ -d $R/eval-base-sft-final ]; then runs=($R/eval-base-sft-final "${runs[@]}"); labels=(base-SFT "${labels[@]}"); fi
+  $PY examples/multi_server/plot_results.py "${runs[@]}" --labels "${labels[@]}" -o examples/multi_server/quote_heldout.png
+  $TG plot $R/quote-grpo -o examples/multi_server/quote_grpo_curves.png
 fi
 if [[ $step == eval || $step == all ]]; then    # untrained vs SFT vs GRPO on the held-out split (greedy), per task kind
   for m in tiny sft/final grpo/final; do
