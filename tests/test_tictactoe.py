@@ -500,3 +500,24 @@ def test_ceiling_walks_the_envs_game_tree(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     wins = [json.loads(line)["metrics"]["win"] for line in (out / "results.jsonl").read_text().splitlines()]
     assert abs(sum(wins) / len(wins) - mod.exact_outcome("teacher", 1.0)[0]) < 0.07  # 3.3 standard errors
+
+
+@pytest.mark.anyio
+async def test_imperfect_teacher_calls_an_occupied_cell_then_recovers() -> None:
+    """`invalid_prob`: on some moves the teacher first calls an occupied cell, then, after the server's error, plays
+    the move it would have played; games still finish, never with two invalid calls in a row; 0 keeps the old games."""
+    env = TicTacToeEnv(transport="inprocess")
+    tasks = env.build_dataset(12, seed=5)
+    async with env:
+        trajs = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=0.0, invalid_prob=0.5, seed=1),
+                                   [(i, 0, t) for i, t in enumerate(tasks)])
+        clean = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=0.0, seed=1),
+                                   [(i, 0, t) for i, t in enumerate(tasks)])
+    assert sum(t.metrics["invalid_moves"] for t in trajs) > 5 and all(t.metrics["invalid_moves"] == 0 for t in clean)
+    for t in trajs:
+        assert t.error is None and t.info["result"]["status"] != "in_progress"
+        ok = [c.exec_ok for c in t.calls if c.name == "make_move"]
+        assert ok[-1] and not any(not a and not b for a, b in zip(ok, ok[1:], strict=False))
+    assert _outcomes(clean)["loss"] == 0  # the minimax expert underneath
+    with pytest.raises(ValueError, match="invalid_prob"):
+        load_policy("scripted:imperfect", env, invalid_prob=1.5)

@@ -142,3 +142,41 @@ def test_answer_only_drops_each_turns_reasoning_from_the_loss_mask() -> None:
     assert out.ids == ids and out.logprobs == [0.0] * len(ids)
     assert out.mask == [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1, 1]
     assert answer_only(TokenTrace(ids=[8, 9], mask=[1, 1], logprobs=[0, 0]), E).mask == [0, 0]
+
+
+def test_failed_turns_are_context_and_the_recovery_is_trained(tiny_model: Path, tmp_path: Path) -> None:
+    """`toolgym synth --failed-turns context` on real tic-tac-toe games whose teacher calls an occupied cell first
+    (`invalid_prob`): each invalid turn is marked weight 0, the SFT mask leaves exactly those turns out, and the
+    retry after the error (a different, free cell) is in the loss."""
+    import json
+
+    from transformers import AutoTokenizer
+    from typer.testing import CliRunner
+
+    from toolgym.cli import app
+    from toolgym.models.chat import ChatRenderer
+
+    out = tmp_path / "games.jsonl"
+    res = CliRunner().invoke(app, ["synth", "tictactoe", "--teacher", "scripted:imperfect", "--teacher-arg", "mistake_prob=0",
+                                   "--teacher-arg", "invalid_prob=0.5", "--failed-turns", "context", "-n", "6",
+                                   "-a", "transport=inprocess", "-a", "max_random_move_prob=1.0", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    summary = json.loads(out.with_name("games.summary.json").read_text())
+    marked = [(r, k) for r in rows for k, m in enumerate(r["messages"]) if m.get("weight") == 0]
+    assert len(marked) == summary["failed_turns"] > 0
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(tiny_model))
+    for row, trace in zip(rows, tokenize_rows(renderer, rows), strict=True):
+        masked = renderer.decode([i for i, m in zip(trace.ids, trace.mask, strict=True) if m])
+        asst = [m for m in row["messages"] if m["role"] == "assistant"]
+        assert masked.count("<tool_call>") == sum(1 for m in asst if m.get("weight", 1) != 0 and m.get("tool_calls"))
+    for row, k in marked:
+        error, retry = row["messages"][k + 1], row["messages"][k + 2]
+        assert error["role"] == "tool" and "already taken" in error["content"]
+        bad = json.loads(row["messages"][k]["tool_calls"][0]["function"]["arguments"])["position"]
+        good = json.loads(retry["tool_calls"][0]["function"]["arguments"])["position"]
+        assert retry.get("weight", 1) == 1 and good != bad
+
+    bad_opt = CliRunner().invoke(app, ["synth", "tictactoe", "--teacher", "scripted:random", "--failed-turns", "drop",
+                                       "-n", "1", "-a", "transport=inprocess", "-o", str(tmp_path / "x.jsonl")])
+    assert bad_opt.exit_code == 2 and "--failed-turns" in bad_opt.output

@@ -262,7 +262,8 @@ def tokenize_conversation(renderer: ChatRenderer, messages: list[dict[str, Any]]
     had the model sampled the canonical (template-rendered) text of each assistant turn. For SFT data.
 
     Assistant spans are the text between the generation prompt and the end-of-turn token (inclusive); everything
-    else (prompts, tool results, the template's text after the end-of-turn token) has mask 0.
+    else (prompts, tool results, the template's text after the end-of-turn token) has mask 0, and so has an
+    assistant message marked `"weight": 0` (OpenAI's fine-tuning convention: context, not a target).
     """
     trace = TokenTrace()
     done = ""  # text already in the trace
@@ -279,7 +280,7 @@ def tokenize_conversation(renderer: ChatRenderer, messages: list[dict[str, Any]]
         stop_text = renderer.decode(renderer.stop_ids[:1]) if renderer.stop_ids else ""
         tail = suffix[len(stop_text) :] if suffix.startswith(stop_text) else ""
         gen = body[: len(body) - len(tail)] if tail and body.endswith(tail) else body
-        trace.extend(renderer.encode(gen), 1)
+        trace.extend(renderer.encode(gen), 0 if m.get("weight", 1) == 0 else 1)
         done = before + gen
     if messages and messages[-1].get("role") == "assistant":
         full = renderer.render(messages, tools, False)

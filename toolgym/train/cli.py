@@ -69,6 +69,10 @@ def synth_cmd(
     min_reward: float | None = typer.Option(None, "--min-reward", help="Keep rollouts with reward >= this."),
     drop_if: list[str] = typer.Option([], "--drop-if", help="Drop rollouts where this reward/metric > 0 (repeatable), e.g. loss."),
     require_valid: bool = typer.Option(False, "--require-valid", help="Keep only rollouts whose every turn parsed and every call succeeded."),
+    failed_turns: str = typer.Option("train", "--failed-turns",
+                                     help="train: rows as played; context: a turn that failed (unparsable, or a "
+                                          "call that errored) is kept as context with weight 0, out of the SFT loss, "
+                                          "so the data teaches the recovery after an error, not the error."),
     concurrency: int = typer.Option(16, "-c", "--concurrency"),
     env_arg: list[str] = typer.Option([], "-a", "--env-arg", help="Env argument key=value (repeatable)."),
     teacher_arg: list[str] = typer.Option([], "--teacher-arg", help="Teacher policy option key=value (repeatable), e.g. mistake_prob=0.3."),
@@ -94,6 +98,8 @@ def synth_cmd(
 
     if num_examples < 0 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set) and -c >= 1")
+    if failed_turns not in ("train", "context"):
+        _fail(f"--failed-turns must be 'train' or 'context', not {failed_turns!r}")
     try:
         env_args = parse_env_args(env_name, env_arg)
         env = load_env(env_name, **env_args)
@@ -123,7 +129,7 @@ def synth_cmd(
                     prog.update(bar, total=len(run_tasks))
                 return await synth(env, policy, run_tasks, out, hf_out, min_reward, drop_if, require_valid,
                                    concurrency, on_done=lambda t: prog.advance(bar), resume=resume,
-                                   run_info=run_info)
+                                   run_info=run_info, failed_turns=failed_turns)
             finally:
                 await env.aclose()
                 await policy.aclose()

@@ -3,9 +3,12 @@ rollouts that pass the filters, export chat-with-tools rows (JSONL, optionally a
 
 Filters: `min_reward` (total reward), `drop_if` (names of reward functions / metrics whose value > 0 drops the
 rollout, e.g. `loss`), `require_valid` (every turn parsed, every call executed without error). Errored rollouts
-are always dropped. The returned summary (the CLI writes it next to the output: `data.summary.json`) carries the
-policy's `stats` as `policy_stats` when it has them, as eval's summary.json does (an OpenAI-compatible policy:
-requests, retries, failovers, endpoint_errors).
+are always dropped. `failed_turns="context"` keeps rollouts with failed turns but marks each assistant turn that
+failed (unparsable, or a call that did not execute) `"weight": 0`: SFT keeps it as context and trains only the turns
+after it -- a teacher's recovery from an error (the error message, then a good call) without its error. The
+returned summary (the CLI writes it next to the output: `data.summary.json`) carries the policy's `stats` as
+`policy_stats` when it has them, as eval's summary.json does (an OpenAI-compatible policy: requests, retries,
+failovers, endpoint_errors), and counts the failed turns kept (`failed_turns`).
 
 Every finished game is appended to a journal next to the output (`data.games.jsonl` for `data.jsonl`: its first
 line says what was run, then one trajectory per line, flushed as each game ends). A crashed, killed or interrupted
@@ -36,10 +39,29 @@ def keep(traj: Trajectory, min_reward: float | None, drop_if: list[str], require
             raise KeyError(f"drop_if: {name!r} is not a reward or metric of this env (have: {sorted(vals)})")
         if vals[name] > 0:
             return False
-    if require_valid:
-        if any(not t.get("parse_ok", True) for t in traj.turns) or any(not c.exec_ok for c in traj.calls):
-            return False
+    if require_valid and failed_turn_indices(traj):
+        return False
     return True
+
+
+def failed_turn_indices(traj: Trajectory) -> set[int]:
+    """Indices (among the assistant turns) of the turns that did not parse or held a call that failed."""
+    bad = {i for i, t in enumerate(traj.turns) if not t.get("parse_ok", True)}
+    return bad | {c.turn for c in traj.calls if not c.exec_ok}
+
+
+def context_failed_turns(row: dict[str, Any], traj: Trajectory) -> dict[str, Any]:
+    """`row` with each failed assistant turn marked `"weight": 0` (kept as context, out of the SFT loss)."""
+    bad = failed_turn_indices(traj)
+    if not bad:
+        return row
+    messages, k = [], 0
+    for m in row["messages"]:
+        if m.get("role") == "assistant":
+            m = {**m, "weight": 0} if k in bad else m
+            k += 1
+        messages.append(m)
+    return {**row, "messages": messages}
 
 
 def journal_path(out: Path) -> Path:
@@ -82,9 +104,12 @@ async def synth(
     on_done: Any = None,
     resume: bool = False,
     run_info: dict[str, Any] | None = None,
+    failed_turns: str = "train",
 ) -> dict[str, Any]:
     """Play `tasks`, filter, write `out`. `run_info` (env, teacher, seed, env args) is recorded in the journal and
-    must match on `resume`."""
+    must match on `resume`. `failed_turns`: "train" (rows as played) or "context" (failed turns weight 0)."""
+    if failed_turns not in ("train", "context"):
+        raise ValueError(f"failed_turns must be 'train' or 'context', not {failed_turns!r}")
     from toolgym.rollout import iter_rollouts
 
     journal = journal_path(out)
@@ -107,13 +132,17 @@ async def synth(
     trajs = [results[k] for k in sorted(results)]
     tools = env.model_tools()
     kept = [t for t in trajs if keep(t, min_reward, list(drop_if or []), require_valid)]
-    write_rows([trajectory_row(t, tools) for t in kept], out, hf_out)
+    rows = [trajectory_row(t, tools) for t in kept]
+    if failed_turns == "context":
+        rows = [context_failed_turns(r, t) for r, t in zip(rows, kept, strict=True)]
+    write_rows(rows, out, hf_out)
     journal.unlink()  # the data file holds what the games were for
     errors = sum(1 for t in trajs if t.error)
     res = {"played": len(trajs), "kept": len(kept), "errors": errors, "resumed": resumed,
            # every game counts, an errored one at reward 0 (as in eval's statistics)
            "mean_reward_all": sum(t.reward for t in trajs if not t.error) / max(1, len(trajs)),
-           "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out)}
+           "mean_reward_kept": sum(t.reward for t in kept) / max(1, len(kept)), "out": str(out),
+           "failed_turns": sum(len(failed_turn_indices(t)) for t in kept)}
     if hasattr(policy, "stats"):  # as in eval's summary.json: requests, retries, failovers, endpoint_errors
         res["policy_stats"] = dict(policy.stats)
     return res

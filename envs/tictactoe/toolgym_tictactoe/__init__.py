@@ -787,7 +787,7 @@ it always takes an immediate win, else blocks, and plays a uniformly random free
 
 def _minimax_player(  # type: ignore[no-untyped-def]
     mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan",
-    mistakes: str = "any",
+    mistakes: str = "any", invalid_prob: float = 0.0,
 ):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
@@ -795,7 +795,12 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     (uniform over all minimax-best moves, so a model trained on its games keeps every good move in play for RL) or
     "exploit" (the minimax-best move that wins most often against a random opponent, `safe_value`).
     `mistakes="quiet"` keeps the random cells to positions without a forced move (`forced_move` is None): at
-    mistake_prob 1.0 a player that takes every win and blocks every threat and was never shown a strategic move."""
+    mistake_prob 1.0 a player that takes every win and blocks every threat and was never shown a strategic move.
+    `invalid_prob`: the probability of first calling an occupied cell on a move (where one is occupied), then, after
+    the error, the move it would have played: teacher games that show a recovery (`toolgym synth --failed-turns
+    context` keeps the invalid turn out of the loss)."""
+    if not 0.0 <= invalid_prob <= 1.0:
+        raise ValueError(f"invalid_prob must be in [0, 1], not {invalid_prob}")
     if mistakes not in MISTAKES:
         raise ValueError(f"mistakes must be one of {MISTAKES}, not {mistakes!r}")
     if tie_break not in ("preference", "random", "exploit"):
@@ -812,6 +817,12 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         free = g.free_cells(board)
         if not free:
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
+        taken = [i for i in range(9) if i not in free]
+        retrying = bool(messages) and messages[-1].get("role") == "tool" and parse_board(messages[-1]["content"]) is None
+        if invalid_prob > 0 and taken and not retrying and rng.random() < invalid_prob:
+            cell = rng.choice(taken)  # an occupied cell: the error the next turn recovers from
+            why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
+            return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
         if (mistakes == "any" or forced_move(board) is None) and rng.random() < mistake_prob:
             cell = rng.choice(free)
             why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
@@ -844,7 +855,7 @@ def random_player(env: Any, /, seed: int | None = None) -> ScriptedPolicy:
 
 
 def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = None, tie_break: str = "preference",
-                     think: str = "scan", mistakes: str = "any") -> ScriptedPolicy:
+                     think: str = "scan", mistakes: str = "any", invalid_prob: float = 0.0) -> ScriptedPolicy:
     """`scripted:imperfect`: the minimax expert that plays a random free cell with probability `mistake_prob`.
 
     Args:
@@ -854,8 +865,10 @@ def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = 
         think: The think block it writes: "scan", "forks", "track", "slots" or "none".
         mistakes: Where random cells may be played: "any" position, or only "quiet" ones (no win to take, no
             threat to block; forced moves are always right).
+        invalid_prob: Probability of calling an occupied cell first on a move, then the real move after the error
+            (recovery data; pair with `toolgym synth --failed-turns context`).
     """
-    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes),
+    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes, float(invalid_prob)),
                           "scripted:imperfect")
 
 
