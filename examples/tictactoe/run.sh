@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -33,6 +33,8 @@
 #           invalid moves forfeiting the game (sixth round of the docs), evals also against the trappy opponent
 #   forced-restart  after forced: half of each step's groups restart from boards of the previous step's lost games
 #           (restart_share), against the same run without restarts (seventh round of the docs)
+#   forced-retry  the forced start rebuilt with teacher games that show a retry after an invalid move (the invalid
+#           turn out of the loss), then the wide schedule from it, without and with restarts (eighth round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -41,6 +43,9 @@ R=runs/tictactoe
 X=examples/tictactoe
 SIZE=${SIZE:-small}
 TEACH=(--teacher scripted:minimax --teacher-arg think=track --teacher-arg tie_break=exploit)
+# the forced start's teacher: every win taken, every threat blocked, every other move a random free cell
+FT=(--teacher scripted:imperfect --teacher-arg mistake_prob=1.0 --teacher-arg mistakes=quiet
+    --teacher-arg think=track --teacher-arg tie_break=exploit -a transport=inprocess)
 MAXTOK=200   # the longest teacher turn (scan with marks and the running forced move, fork line, call) is 163 tokens
 
 positions() {  # positions NAME MODEL_DIR SPLIT: one-move tasks on every position of SPLIT (all | heldout), greedy
@@ -199,8 +204,6 @@ case "${1:-}" in
   forced-data)  # the teacher rows of the forced start (also used by gpu.sh nohub)
     N=$R/forced
     mkdir -p $N
-    FT=(--teacher scripted:imperfect --teacher-arg mistake_prob=1.0 --teacher-arg mistakes=quiet
-        --teacher-arg think=track --teacher-arg tie_break=exploit -a transport=inprocess)
     toolgym synth tictactoe "${FT[@]}" -a task=move -a split=train -n 0 -o $N/positions.jsonl
     toolgym synth tictactoe "${FT[@]}" -a min_random_move_prob=0 -a max_random_move_prob=1 -a num_groups=4 -n 600 \
       --drop-if heldout_visits --require-valid -o $N/games.jsonl ;;
@@ -285,6 +288,45 @@ case "${1:-}" in
     python $X/forced_curve.py $R restart=$FA/restart restart75=$FA/restart75 opening=$FA/opening opening25=$FA/opening25 \
       restart-forfeit=$FA/restart-forfeit \
       forfeit-only=$FA/forfeit-only -o $X/forced_restart.png ;;
+  forced-retry)  # eighth round (docs: "Eighth round"): the forced start rebuilt with games in which the teacher
+    # first calls an occupied cell on 30 % of its moves, reads the error and plays its move (the invalid turn is
+    # context, out of the loss: --failed-turns context); the same positions, steps and SFT config as `forced`. Then
+    # the wide schedule (0-1 from the empty board) from it, without and with restarts (that arm then resumed to 90
+    # steps and evaluated again). ARMS picks some: side by side
+    # with ARMS=retry-wide LOCK=/tmp/a and ARMS=retry-restart LOCK=/tmp/b (after the SFT)
+    N=$R/forced-retry
+    mkdir -p $N
+    [ -f $R/forced/positions.jsonl ] || bash $X/run.sh forced-data
+    if [ ! -d $N/sft/final ]; then
+      [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg invalid_prob=0.3 -a min_random_move_prob=0 \
+        -a max_random_move_prob=1 -a num_groups=4 -n 600 --drop-if heldout_visits --failed-turns context -o $N/games.jsonl
+      [ -d $N/tiny ] || toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $R/forced/positions.jsonl \
+        --corpus-file $N/games.jsonl
+      rows=$(( $(wc -l < $R/forced/positions.jsonl) + $(wc -l < $N/games.jsonl) ))
+      timed forced-retry-sft long toolgym sft $X/forced_sft.toml -s model=$N/tiny -s output_dir=$N/sft \
+        -s epochs=$(python -c "print(round(2000 * 8 / $rows, 4))") -d $R/forced/positions.jsonl -d $N/games.jsonl --resume
+    fi
+    rl_evals forced-retry-sft $N/sft/final 2718 && quiet forced-retry-sft $N/sft/final
+    python $X/losses.py $R/eval/forced-retry-sft-games200-optimal
+    for a in ${ARMS:-retry-wide retry-restart}; do
+      case $a in
+        retry-wide) S=() ;;
+        retry-restart) S=(-s restart_share=0.5) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft/final -s output_dir=$N/$a \
+        -s task_schedule=[] "${S[@]}" --resume
+      rl_evals forced-$a $N/$a/final 2718
+      python $X/losses.py $R/eval/forced-$a-games200-optimal
+      if [ $a = retry-restart ]; then   # its curve was still falling at 60: 30 more steps (a resume), evaluated again
+        timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft/final -s output_dir=$N/$a \
+          -s task_schedule=[] "${S[@]}" -s max_steps=90 --resume
+        rl_evals forced-${a}90 $N/$a/final 2718
+        python $X/losses.py $R/eval/forced-${a}90-games200-optimal
+      fi
+    done
+    python $X/forced_curve.py $R retry-wide=$N/retry-wide retry-restart=$N/retry-restart \
+      --start forced-retry-sft-games200-optimal -o $X/forced_retry.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -303,5 +345,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-default|table"; exit 2 ;;
 esac
