@@ -98,8 +98,10 @@ def synth_cmd(
 
     if num_examples < 0 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set) and -c >= 1")
-    if failed_turns not in ("train", "context"):
-        _fail(f"--failed-turns must be 'train' or 'context', not {failed_turns!r}")
+    from toolgym.train.synth import FAILED_TURNS
+
+    if failed_turns not in FAILED_TURNS:
+        _fail(f"--failed-turns must be one of {', '.join(FAILED_TURNS)}, not {failed_turns!r}")
     try:
         env_args = parse_env_args(env_name, env_arg)
         env = load_env(env_name, **env_args)

@@ -28,6 +28,10 @@ from toolgym.train.data import trajectory_row, write_rows
 from toolgym.types import Trajectory
 
 
+FAILED_TURNS = ("train", "context")
+"""What `synth` does with a kept rollout's failed turns: train on them as played, or keep them as context only."""
+
+
 def keep(traj: Trajectory, min_reward: float | None, drop_if: list[str], require_valid: bool) -> bool:
     if traj.error is not None:
         return False
@@ -108,8 +112,8 @@ async def synth(
 ) -> dict[str, Any]:
     """Play `tasks`, filter, write `out`. `run_info` (env, teacher, seed, env args) is recorded in the journal and
     must match on `resume`. `failed_turns`: "train" (rows as played) or "context" (failed turns weight 0)."""
-    if failed_turns not in ("train", "context"):
-        raise ValueError(f"failed_turns must be 'train' or 'context', not {failed_turns!r}")
+    if failed_turns not in FAILED_TURNS:
+        raise ValueError(f"failed_turns must be one of {FAILED_TURNS}, not {failed_turns!r}")
     from toolgym.rollout import iter_rollouts
 
     journal = journal_path(out)

@@ -785,6 +785,11 @@ MISTAKES = ("any", "quiet")
 it always takes an immediate win, else blocks, and plays a uniformly random free cell elsewhere)."""
 
 
+def _unreasoned(board: str, think: str, cell: int) -> str:
+    """The think text of a cell played without a reason (a random quiet move, or the invalid call before a retry)."""
+    return f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
+
+
 def _minimax_player(  # type: ignore[no-untyped-def]
     mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan",
     mistakes: str = "any", invalid_prob: float = 0.0,
@@ -821,11 +826,11 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         retrying = bool(messages) and messages[-1].get("role") == "tool" and parse_board(messages[-1]["content"]) is None
         if invalid_prob > 0 and taken and not retrying and rng.random() < invalid_prob:
             cell = rng.choice(taken)  # an occupied cell: the error the next turn recovers from
-            why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
-            return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
+            return AssistantTurn(content="", reasoning=_unreasoned(board, think, cell),
+                                 tool_calls=[call("make_move", position=cell)])
         if (mistakes == "any" or forced_move(board) is None) and rng.random() < mistake_prob:
             cell = rng.choice(free)
-            why = f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
+            why = _unreasoned(board, think, cell)
         else:
             cell, why = explain_best_move(board, tie_break, rng, think)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
