@@ -325,6 +325,13 @@ case "${1:-}" in
         python $X/losses.py $R/eval/forced-${a}90-games200-optimal
       fi
     done
+    for ck in retry-wide:10 retry-restart:70; do   # the best periodic-eval checkpoints, on the same 200 test games
+      a=${ck%%:*}; n=${ck##*:}; M=$N/$a/checkpoints/step_$(printf %06d $n)/model
+      if [ -d $M ]; then
+        rl_evals forced-$a-s$n $M 2718
+        python $X/losses.py $R/eval/forced-$a-s$n-games200-optimal
+      fi
+    done
     python $X/forced_curve.py $R retry-wide=$N/retry-wide retry-restart=$N/retry-restart \
       --start forced-retry-sft-games200-optimal -o $X/forced_retry.png ;;
   forced-default)
