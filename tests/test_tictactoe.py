@@ -4,6 +4,7 @@ identical replies, and the opponent's tie-break is not biased to one cell."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 
 import pytest
@@ -521,3 +522,66 @@ async def test_imperfect_teacher_calls_an_occupied_cell_then_recovers() -> None:
     assert _outcomes(clean)["loss"] == 0  # the minimax expert underneath
     with pytest.raises(ValueError, match="invalid_prob"):
         load_policy("scripted:imperfect", env, invalid_prob=1.5)
+
+
+@pytest.mark.anyio
+async def test_imperfect_teacher_invalid_last_prob_acts_on_one_cell_boards_only() -> None:
+    """`invalid_last_prob`: the invalid-call probability on a board with one free cell. With it 1 and
+    `invalid_prob` 0, every game that leaves the teacher one cell shows a taken cell there, the error, then that
+    cell; no other move is invalid."""
+    from toolgym_tictactoe import positions_shown
+
+    env = TicTacToeEnv(transport="inprocess")
+    tasks = [t for t in env.build_dataset(40, seed=3) if t["x_starts"]]
+    async with env:
+        trajs = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=1.0, invalid_prob=0.0,
+                                                    invalid_last_prob=1.0, seed=2), [(i, 0, t) for i, t in enumerate(tasks)])
+    reached = 0
+    for t in trajs:
+        assert t.error is None and t.info["result"]["status"] != "in_progress"
+        one_cell = any(b.count(".") == 1 for b in positions_shown(t.messages))  # X to move with one cell
+        reached += one_cell
+        ok = [c.exec_ok for c in t.calls if c.name == "make_move"]
+        assert ok.count(False) == (1 if one_cell else 0) and (not one_cell or ok[-2:] == [False, True])
+    assert reached >= 3
+    with pytest.raises(ValueError, match="invalid_last_prob"):
+        load_policy("scripted:imperfect", env, invalid_last_prob=-0.1)
+
+
+@pytest.mark.anyio
+async def test_imperfect_teacher_free_list_names_the_free_cells_before_a_random_cell() -> None:
+    """`free_list=true`: every random cell's think text lists exactly the free cells of the board it was shown, then
+    plays one of them (an invalid call before a retry names a taken one); forced moves keep their verdict; without
+    it the text is the old one."""
+    import re
+
+    from toolgym_tictactoe import board_from_messages
+
+    env = TicTacToeEnv(transport="inprocess")
+    tasks = env.build_dataset(10, seed=4)
+    async with env:
+        trajs = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=1.0, mistakes="quiet",
+                                                    think="track", invalid_prob=0.3, free_list=True, seed=3),
+                                   [(i, 0, t) for i, t in enumerate(tasks)])
+    listed = invalid = 0
+    for t in trajs:
+        assert t.error is None
+        for i, m in enumerate(t.messages):
+            if m["role"] != "assistant" or not m.get("tool_calls"):
+                continue
+            text = m.get("reasoning_content") or ""
+            cell = json.loads(m["tool_calls"][0]["function"]["arguments"])["position"]
+            board = board_from_messages(t.messages[:i])
+            if (found := re.search(r"somewhere free: ([0-9 ]+)\. I play (\d)\.$", text)) is None:
+                assert "I win at" in text or "I block" in text, text
+                continue
+            listed += 1
+            assert [int(c) for c in found.group(1).split()] == [j for j, c in enumerate(board) if c == "."]
+            invalid += cell not in [int(c) for c in found.group(1).split()]
+    assert listed > 20 and 0 < invalid < listed
+    from toolgym_tictactoe import _unreasoned
+
+    board = "XO.OX.XO."
+    assert _unreasoned(board, "track", 5).endswith("\nI'll play somewhere free. I play 5.")
+    assert _unreasoned(board, "track", 5, free_list=True).endswith("\nI'll play somewhere free: 2 5 8. I play 5.")
+    assert _unreasoned(board, "none", 5, free_list=True) == "Free: 2 5 8. I play 5."

@@ -148,6 +148,27 @@ def test_move_dataset_covers_splits_in_fixed_order() -> None:
             TicTacToeEnv(**bad)
 
 
+def test_position_pieces_keeps_position_starts_to_boards_with_that_many_marks() -> None:
+    """`position_pieces`: position starts (and `position_share` games) only from boards with those mark counts; the
+    quiet 3-mark training boards include the opponent's replies to the centre (the traps of the recipe's fifth
+    round); an empty selection or a use without position starts is refused."""
+    three = TicTacToeEnv(task="move", split="train", kinds="quiet", position_pieces=[3]).build_dataset(None)
+    all_quiet = TicTacToeEnv(task="move", split="train", kinds="quiet").build_dataset(None)
+    assert len(three) == sum(r["pieces"] == 3 for r in all_quiet) > 0
+    assert {r["pieces"] for r in three} == {3} and {r["kind"] for r in three} == {"quiet"}
+    assert "..O.X.O.." in {r["board"] for r in three}  # opposite corners around the centre: play an edge
+    mix = TicTacToeEnv(min_random_move_prob=0.0, max_random_move_prob=1.0, num_groups=4, position_share=0.5,
+                       split="train", kinds="quiet", position_pieces=[3, 4]).build_dataset(400, seed=2)
+    from_pos = [r for r in mix if r["start"] == "position"]
+    assert 150 <= len(from_pos) <= 250 and {r["pieces"] for r in from_pos} == {3, 4}
+    for bad, msg in [({"position_pieces": [3]}, "position starts only"),
+                     ({"position_share": 0.5, "position_pieces": []}, "non-empty")]:
+        with pytest.raises(ValueError, match=msg):
+            TicTacToeEnv(**bad)
+    with pytest.raises(ValueError, match="no train position"):  # no win to take with one mark on the board
+        TicTacToeEnv(task="move", split="train", kinds="win", position_pieces=[1]).build_dataset(None)
+
+
 def _eval(env: TicTacToeEnv, uri: str, n: int | None, out: Path | None = None, **opts):  # type: ignore[no-untyped-def]
     async def go():  # type: ignore[no-untyped-def]
         policy = load_policy(uri, env, **opts)
@@ -255,6 +276,74 @@ def test_recipe_focus_data_weights_quiet_rows_and_refuses_heldout() -> None:
     held = [{"task": t} for t in TicTacToeEnv(task="move", split="heldout").build_dataset(3)]
     with pytest.raises(SystemExit):
         mod.build(rows + held, games, draws)
+
+
+def test_recipe_late_data_repeats_late_positions_and_refuses_heldout() -> None:
+    """`examples/tictactoe/late_data.py` (the ninth round's start): every game once, every training position with one
+    or two free cells twice, every other position once (or a seeded sample of `REPLAY`); a held-out row is refused."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "late_data.py"
+    spec = importlib.util.spec_from_file_location("late_data", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    rows = [{"task": t} for t in TicTacToeEnv(task="move", split="train").build_dataset(None)]
+    late = [r for r in rows if r["task"]["board"].count(".") <= 2]
+    games = [{"task": {"seed": i}, "messages": []} for i in range(3)]
+    data = mod.build(rows, games)
+    assert data[:3] == games and len(late) > 100
+    from_pos = [r for r in data if "board" in r["task"]]
+    assert sum(r["task"]["board"].count(".") <= 2 for r in from_pos) == 2 * len(late)
+    replay = [r for r in from_pos if r["task"]["board"].count(".") > 2]
+    assert len(replay) == len(rows) - len(late) == len({r["task"]["board"] for r in replay})
+    mod.REPLAY = 800
+    assert sum(r["task"]["board"].count(".") > 2 for r in mod.build(rows, games) if "board" in r["task"]) == 800
+    held = [{"task": t} for t in TicTacToeEnv(task="move", split="heldout").build_dataset(3)]
+    with pytest.raises(SystemExit):
+        mod.build(rows + held, games)
+
+
+def test_recipe_best_step_picks_the_fewest_periodic_eval_losses() -> None:
+    """`examples/tictactoe/best_step.py`: the step with the fewest periodic-eval losses, then the fewest invalid
+    calls, then the later step; training rows without an eval are ignored, and a run without one is refused."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "best_step.py"
+    spec = importlib.util.spec_from_file_location("best_step", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+
+    def ev(step: int, loss: float, invalid: float) -> dict:  # type: ignore[type-arg]
+        return {"step": step, "eval/metrics/loss": loss, "eval/metrics/invalid_moves": invalid}
+
+    rows = [{"step": 5, "metrics/loss": 0.0}, ev(10, 0.3, 0.1), ev(20, 0.2, 0.5), ev(30, 0.2, 0.2), ev(40, 0.2, 0.2)]
+    assert mod.best_step(rows) == 40
+    assert mod.best_step(rows + [ev(50, 0.19, 2.0)]) == 50
+    with pytest.raises(SystemExit):
+        mod.best_step([{"step": 5, "metrics/loss": 0.0}])
+
+
+def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
+    """`examples/tictactoe/decisions.py`: a move counts for its board's symmetry class and its step's window, and
+    is value-keeping when it is among the position's optimal moves (opposite corners around the centre: edges keep
+    the draw, corners lose); games from a restarted board replay from that board; other classes are ignored."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "decisions.py"
+    spec = importlib.util.spec_from_file_location("decisions", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    trap = "..O.X.O.."
+    assert P.analyze(trap).optimal == (1, 3, 5, 7)
+
+    def game(step: int, moves: list[str], start: str = "." * 9) -> dict:  # type: ignore[type-arg]
+        return {"step": step, "info": {"start": start, "result": {"moves": moves}}}
+
+    rollouts = [game(1, ["O2", "X4", "O6", "X1"]), game(3, ["O2", "X4", "O6", "X0", "O8"]),
+                game(12, ["X7"], start=trap), game(12, ["O0", "X4", "O8", "X2"])]  # a mirror image, a corner again
+    table = mod.decisions(rollouts, {P.canonical(trap)}, 10)
+    assert table == {(1, P.canonical(trap)): [2, 1], (11, P.canonical(trap)): [2, 1]}
+    assert mod.decisions(rollouts, {P.canonical("....X....")}, 10) == {}
 
 
 def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -35,6 +35,9 @@
 #           (restart_share), against the same run without restarts (seventh round of the docs)
 #   forced-retry  the forced start rebuilt with teacher games that show a retry after an invalid move (the invalid
 #           turn out of the loss), then the wide schedule from it, without and with restarts (eighth round of the docs)
+#   forced-late  after forced-retry: its start continued one SFT epoch on the same teacher naming the free cells before a
+#           random cell, with late boards weighted (late_data.py), then restarts, without and with games from quiet
+#           3-mark positions (ninth round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -334,6 +337,54 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R retry-wide=$N/retry-wide retry-restart=$N/retry-restart \
       --start forced-retry-sft-games200-optimal -o $X/forced_retry.png ;;
+  forced-late)  # ninth round (docs: "Ninth round"): the retry start continued for one SFT epoch on data of the same
+    # teacher whose random cells first list the free cells (free_list=true): new games with a retry on 30 % of moves
+    # and half of the one-cell boards, every training position with one or two free cells twice, every other once
+    # (late_data.py, late_sft.toml); then restarts (late-restart: as the eighth round's retry-restart) and the same
+    # with half of the new games from quiet 3-mark training positions (late-traps: the opponent's second move). Each
+    # arm is evaluated at step 60 and at its best periodic-eval checkpoint (fewest losses on the periodic eval's own
+    # seeds, never the test seed). ARMS picks some: side by side with ARMS=late-restart LOCK=/tmp/a and
+    # ARMS=late-traps LOCK=/tmp/b (after the SFT)
+    N=$R/forced-late
+    mkdir -p $N
+    [ -d $R/forced-retry/sft/final ] || { echo "forced-late continues run.sh forced-retry's start: run that first"; exit 2; }
+    if [ ! -d $N/sft/final ]; then
+      [ -f $N/positions.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true -a task=move \
+        -a split=train -n 0 -o $N/positions.jsonl
+      [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true \
+        --teacher-arg invalid_prob=0.3 --teacher-arg invalid_last_prob=0.5 -a min_random_move_prob=0 \
+        -a max_random_move_prob=1 -a num_groups=4 -n 1500 --seed 1 --drop-if heldout_visits --failed-turns context \
+        -o $N/games.jsonl
+      python $X/late_data.py $N/positions.jsonl $N/late.jsonl $N/games.jsonl
+      timed forced-late-sft long toolgym sft $X/late_sft.toml -s output_dir=$N/sft -d $N/late.jsonl --resume
+    fi
+    # a second epoch (from the first's weights, another shuffle): after one, the free list was right in 62 % of
+    # early and 40 % of late random cells
+    [ -d $N/sft2/final ] || timed forced-late-sft2 long toolgym sft $X/late_sft.toml -s model=$N/sft/final \
+      -s output_dir=$N/sft2 -s seed=1 -d $N/late.jsonl --resume
+    rl_evals forced-late-sft $N/sft2/final 2718 && quiet forced-late-sft $N/sft2/final
+    python $X/losses.py $R/eval/forced-late-sft-games200-optimal
+    for a in ${ARMS:-late-restart late-traps}; do
+      case $a in
+        late-restart) S=(-s restart_share=0.5) ;;
+        late-traps) S=(-s restart_share=0.5 -s env_args.position_share=0.5 -s env_args.split=train
+                       -s env_args.kinds=quiet -s "env_args.position_pieces=[3]" -s eval_env_args.position_share=0
+                       -s eval_env_args.split=all -s eval_env_args.kinds=all -s eval_env_args.position_pieces=null) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+        -s task_schedule=[] "${S[@]}" --resume
+      rl_evals forced-$a $N/$a/final 2718
+      python $X/losses.py $R/eval/forced-$a-games200-optimal
+      n=$(python $X/best_step.py $N/$a/metrics.jsonl)
+      M=$N/$a/checkpoints/step_$(printf %06d $n)/model
+      if [ "$n" != 60 ] && [ -d $M ]; then
+        rl_evals forced-$a-best $M 2718
+        python $X/losses.py $R/eval/forced-$a-best-games200-optimal
+      fi
+    done
+    python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps \
+      --start forced-late-sft-games200-optimal -o $X/forced_late.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint

@@ -149,6 +149,7 @@ class TicTacToeEnv(StatefulToolEnv):
         kinds: Literal["all", "win", "block", "quiet", "free"] | list[Literal["win", "block", "quiet", "free"]] = "all",
         agent_plays: Literal["X", "O"] = "X",
         position_share: Prob = 0.0,
+        position_pieces: list[Annotated[int, Field(ge=0, le=8)]] | None = None,
         opponent_style: Literal["uniform", "trappy"] = "uniform",
         invalid_move: Literal["retry", "forfeit"] = "retry",
         restart_max_pieces: Annotated[int, Field(ge=1, le=7)] = 7,
@@ -174,6 +175,8 @@ class TicTacToeEnv(StatefulToolEnv):
             position_share: Games from the empty board or openings only: the share of games (each example drawn
                 with this probability, seeded) that start instead from a reachable position of `split` and
                 `kinds`, so one run mixes whole games with games from the positions where choices matter.
+            position_pieces: Position starts (and `position_share` games) only from boards with one of these
+                numbers of marks, e.g. `[3]`: the opponent's second move, where its first replies set traps.
             opponent_style: How the opponent's minimax moves are chosen among equally good ones: uniformly (every
                 eval), or `trappy` -- preferring moves that leave the agent a quiet position (no win to take, no
                 threat to block) with a move that loses, where a player who knows only wins and blocks goes wrong.
@@ -216,6 +219,10 @@ class TicTacToeEnv(StatefulToolEnv):
         if not kinds or set(kinds) - set(P.KINDS) or not with_positions and kinds != list(P.KINDS):
             raise ValueError(f"kinds must be 'all' or a list of {P.KINDS} (position starts only), not {kinds!r}")
         self.kinds = kinds
+        if position_pieces is not None and (not with_positions or not position_pieces
+                                            or any(not 0 <= k <= 8 for k in position_pieces)):
+            raise ValueError("position_pieces: a non-empty list of mark counts 0-8, for position starts only")
+        self.position_pieces = None if position_pieces is None else sorted(set(position_pieces))
         self.task, self.starts, self.split = task, starts, split
         self.opening_moves, self.agent_plays, self.position_share = opening_moves, agent_plays, position_share
         if task == "move":
@@ -233,8 +240,11 @@ class TicTacToeEnv(StatefulToolEnv):
         split in reshuffled passes. Opening starts: `n` (default 100) random openings inside the split. With
         `position_share`, each game example starts from a seeded random position of the split instead with that
         probability."""
-        of_kinds = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds] \
+        of_kinds = [b for b in P.positions(self.split) if P.analyze(b).kind in self.kinds
+                    and (self.position_pieces is None or 9 - b.count(".") in self.position_pieces)] \
             if self.starts == "positions" or self.position_share else []
+        if not of_kinds and (self.starts == "positions" or self.position_share):
+            raise ValueError(f"no {self.split} position of kinds {self.kinds} with {self.position_pieces} marks")
         mixed = of_kinds if self.position_share else []
         if self.starts == "positions":
             boards = of_kinds
@@ -785,14 +795,19 @@ MISTAKES = ("any", "quiet")
 it always takes an immediate win, else blocks, and plays a uniformly random free cell elsewhere)."""
 
 
-def _unreasoned(board: str, think: str, cell: int) -> str:
-    """The think text of a cell played without a reason (a random quiet move, or the invalid call before a retry)."""
-    return f"I play {cell}." if think == "none" else f"{scan_lines(board, think)}\nI'll play somewhere free. I play {cell}."
+def _unreasoned(board: str, think: str, cell: int, free_list: bool = False) -> str:
+    """The think text of a cell played without a reason (a random quiet move, or the invalid call before a retry).
+    `free_list` names the free cells before the cell (`I'll play somewhere free: 2 7. I play 7.`), each copied from
+    the scan's row lines, so the cell is one of a few just written rather than recalled from the whole board."""
+    free = ": " + " ".join(str(i) for i, c in enumerate(board) if c == ".") if free_list else ""
+    if think == "none":
+        return f"Free{free}. I play {cell}." if free_list else f"I play {cell}."
+    return f"{scan_lines(board, think)}\nI'll play somewhere free{free}. I play {cell}."
 
 
 def _minimax_player(  # type: ignore[no-untyped-def]
     mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan",
-    mistakes: str = "any", invalid_prob: float = 0.0,
+    mistakes: str = "any", invalid_prob: float = 0.0, invalid_last_prob: float | None = None, free_list: bool = False,
 ):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
@@ -803,9 +818,12 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     mistake_prob 1.0 a player that takes every win and blocks every threat and was never shown a strategic move.
     `invalid_prob`: the probability of first calling an occupied cell on a move (where one is occupied), then, after
     the error, the move it would have played: teacher games that show a recovery (`toolgym synth --failed-turns
-    context` keeps the invalid turn out of the loss)."""
-    if not 0.0 <= invalid_prob <= 1.0:
-        raise ValueError(f"invalid_prob must be in [0, 1], not {invalid_prob}")
+    context` keeps the invalid turn out of the loss). `invalid_last_prob` (default `invalid_prob`): that probability
+    on a board with one free cell, where games are rare but a player that misreads the board loses a draw.
+    `free_list`: a random cell's think text lists the free cells first (`_unreasoned`)."""
+    for name, prob in (("invalid_prob", invalid_prob), ("invalid_last_prob", invalid_last_prob)):
+        if prob is not None and not 0.0 <= prob <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], not {prob}")
     if mistakes not in MISTAKES:
         raise ValueError(f"mistakes must be one of {MISTAKES}, not {mistakes!r}")
     if tie_break not in ("preference", "random", "exploit"):
@@ -824,13 +842,14 @@ def _minimax_player(  # type: ignore[no-untyped-def]
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
         taken = [i for i in range(9) if i not in free]
         retrying = bool(messages) and messages[-1].get("role") == "tool" and parse_board(messages[-1]["content"]) is None
-        if invalid_prob > 0 and taken and not retrying and rng.random() < invalid_prob:
+        p_invalid = invalid_last_prob if len(free) == 1 and invalid_last_prob is not None else invalid_prob
+        if p_invalid > 0 and taken and not retrying and rng.random() < p_invalid:
             cell = rng.choice(taken)  # an occupied cell: the error the next turn recovers from
-            return AssistantTurn(content="", reasoning=_unreasoned(board, think, cell),
+            return AssistantTurn(content="", reasoning=_unreasoned(board, think, cell, free_list),
                                  tool_calls=[call("make_move", position=cell)])
         if (mistakes == "any" or forced_move(board) is None) and rng.random() < mistake_prob:
             cell = rng.choice(free)
-            why = _unreasoned(board, think, cell)
+            why = _unreasoned(board, think, cell, free_list)
         else:
             cell, why = explain_best_move(board, tie_break, rng, think)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
@@ -860,7 +879,8 @@ def random_player(env: Any, /, seed: int | None = None) -> ScriptedPolicy:
 
 
 def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = None, tie_break: str = "preference",
-                     think: str = "scan", mistakes: str = "any", invalid_prob: float = 0.0) -> ScriptedPolicy:
+                     think: str = "scan", mistakes: str = "any", invalid_prob: float = 0.0,
+                     invalid_last_prob: float | None = None, free_list: bool = False) -> ScriptedPolicy:
     """`scripted:imperfect`: the minimax expert that plays a random free cell with probability `mistake_prob`.
 
     Args:
@@ -872,9 +892,12 @@ def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = 
             threat to block; forced moves are always right).
         invalid_prob: Probability of calling an occupied cell first on a move, then the real move after the error
             (recovery data; pair with `toolgym synth --failed-turns context`).
+        invalid_last_prob: The same on a board with one free cell (default: invalid_prob).
+        free_list: Whether a random cell's think text first lists the free cells ("I'll play somewhere free: 2 7.").
     """
-    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes, float(invalid_prob)),
-                          "scripted:imperfect")
+    last = None if invalid_last_prob is None else float(invalid_last_prob)
+    return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes, float(invalid_prob),
+                                          last, bool(free_list)), "scripted:imperfect")
 
 
 def load_environment(**kwargs: Any) -> TicTacToeEnv:

@@ -1,0 +1,81 @@
+"""What a GRPO run's sampled games did at chosen positions: per window of steps, how many moves its games played from
+each symmetry class (X to move) and the share of them that kept the game value. The classes are given, or taken from
+where an eval's lost games were decided (`losses.py`), so "did RL ever try the right reply where greedy play loses?"
+has a number: a class met a few times per window, or always answered the same wrong way, cannot be learnt.
+
+    python examples/tictactoe/decisions.py RUN_DIR [--classes B ...] [--from-eval EVAL_DIR [--top K]] [--window W]
+
+RUN_DIR: a GRPO run with `save_rollouts = true`. A board is 9 characters (`X`, `O`, `.`), any symmetry of the class.
+Only valid moves count (an invalid call is not a move of the game).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from toolgym_tictactoe import positions as P
+
+
+def decisions(rollouts: Iterable[dict], classes: set[str], window: int) -> dict[tuple[int, str], list[int]]:  # type: ignore[type-arg]
+    """{(first step of the window, class): [moves played there, of which value-keeping]}."""
+    out: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in rollouts:
+        res = (r.get("info") or {}).get("result") or {}
+        start = (r.get("info") or {}).get("start") or r.get("task", {}).get("board") or "." * 9
+        moves = list(res.get("moves") or [])
+        w = (int(r["step"]) - 1) // window * window + 1
+        for board, mv in zip(P.replay(start, moves), moves, strict=False):
+            if mv[0] != "X" or (c := P.canonical(board)) not in classes:
+                continue
+            cell = out[(w, c)]
+            cell[0] += 1
+            cell[1] += int(mv[1:]) in P.analyze(board).optimal
+    return dict(out)
+
+
+def _rollouts(run_dir: Path) -> Iterable[dict]:  # type: ignore[type-arg]
+    with gzip.open(run_dir / "rollouts.jsonl.gz", "rt") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--classes", nargs="*", default=[], help="boards (any symmetry of each class)")
+    ap.add_argument("--from-eval", type=Path, help="also the classes where this eval's lost games were decided")
+    ap.add_argument("--top", type=int, default=3, help="how many of those (most losses first)")
+    ap.add_argument("--window", type=int, default=10)
+    args = ap.parse_args()
+    classes = [P.canonical(b) for b in args.classes]
+    if args.from_eval:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("losses", Path(__file__).with_name("losses.py"))
+        losses = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(losses)  # type: ignore[union-attr]
+        where = losses.lost_at(args.from_eval)[2]
+        classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
+    if not classes:
+        raise SystemExit("no class: give --classes or --from-eval")
+    rollouts = list(_rollouts(args.run_dir))
+    last = max((int(r["step"]) for r in rollouts), default=0)
+    table = decisions(rollouts, set(classes), args.window)
+    steps = sorted({(s - 1) // args.window * args.window + 1 for s in range(1, last + 1)})
+    print(f"{args.run_dir}: moves played from each class per {args.window}-step window (value-keeping %)")
+    print("| class (X to move) | " + " | ".join(f"{w}-{min(w + args.window - 1, last)}" for w in steps) + " |")
+    print("|---|" + "---|" * len(steps))
+    for c in dict.fromkeys(classes):
+        cells = [table.get((w, c), [0, 0]) for w in steps]
+        row = " | ".join(f"{n} ({100 * k / n:.0f} %)" if n else "0" for n, k in cells)
+        print(f"| `{c[:3]}/{c[3:6]}/{c[6:]}` | {row} |")
+
+
+if __name__ == "__main__":
+    main()
