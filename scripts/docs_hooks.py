@@ -30,7 +30,8 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/multi-server-base-grpo.png": ROOT / "examples" / "multi_server" / "base_grpo_curves.png",
            "assets/multi-server-quote-heldout.png": ROOT / "examples" / "multi_server" / "quote_heldout.png",
            "assets/multi-server-quote-grpo.png": ROOT / "examples" / "multi_server" / "quote_grpo_curves.png",
-           "assets/tictactoe-forced-retry.png": ROOT / "examples" / "tictactoe" / "forced_retry.png"}
+           "assets/tictactoe-forced-retry.png": ROOT / "examples" / "tictactoe" / "forced_retry.png",
+           "assets/tictactoe-forced-late.png": ROOT / "examples" / "tictactoe" / "forced_late.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 

@@ -337,14 +337,15 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R retry-wide=$N/retry-wide retry-restart=$N/retry-restart \
       --start forced-retry-sft-games200-optimal -o $X/forced_retry.png ;;
-  forced-late)  # ninth round (docs: "Ninth round"): the retry start continued for one SFT epoch on data of the same
+  forced-late)  # ninth round (docs: "Ninth round"): the retry start continued for two SFT epochs on data of the same
     # teacher whose random cells first list the free cells (free_list=true): new games with a retry on 30 % of moves
     # and half of the one-cell boards, every training position with one or two free cells twice, every other once
     # (late_data.py, late_sft.toml); then restarts (late-restart: as the eighth round's retry-restart) and the same
     # with half of the new games from quiet 3-mark training positions (late-traps: the opponent's second move). Each
     # arm is evaluated at step 60 and at its best periodic-eval checkpoint (fewest losses on the periodic eval's own
-    # seeds, never the test seed). ARMS picks some: side by side with ARMS=late-restart LOCK=/tmp/a and
-    # ARMS=late-traps LOCK=/tmp/b (after the SFT)
+    # seeds, never the test seed); late-traps is then resumed to 90 steps. ARMS picks some: side by side with
+    # ARMS=late-restart LOCK=/tmp/a and ARMS=late-traps LOCK=/tmp/b (after the SFT); the analyses and the plot at the
+    # end run once both arms are there
     N=$R/forced-late
     mkdir -p $N
     [ -d $R/forced-retry/sft/final ] || { echo "forced-late continues run.sh forced-retry's start: run that first"; exit 2; }
@@ -382,7 +383,20 @@ case "${1:-}" in
         rl_evals forced-$a-best $M 2718
         python $X/losses.py $R/eval/forced-$a-best-games200-optimal
       fi
+      if [ $a = late-traps ]; then   # its periodic eval was at its lowest at 60: 30 more steps (a resume), evaluated
+        timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+          -s task_schedule=[] "${S[@]}" -s max_steps=90 --resume
+        rl_evals forced-${a}90 $N/$a/final 2718
+        python $X/losses.py $R/eval/forced-${a}90-games200-optimal
+      fi
     done
+    [ -d $N/late-restart/final ] && [ -d $N/late-traps/final ] || exit 0
+    for a in late-restart late-traps; do   # sampled moves at the three trap classes, per 20 steps
+      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+    done
+    quiet forced-late-traps $N/late-traps/checkpoints/step_000060/model
+    python $X/discovery.py $N/late-traps start=$R/eval/forced-late-sft-positions-quiet \
+      late-traps=$R/eval/forced-late-traps-positions-quiet
     python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps \
       --start forced-late-sft-games200-optimal -o $X/forced_late.png ;;
   forced-default)
