@@ -341,7 +341,9 @@ case "${1:-}" in
     # teacher whose random cells first list the free cells (free_list=true): new games with a retry on 30 % of moves
     # and half of the one-cell boards, every training position with one or two free cells twice, every other once
     # (late_data.py, late_sft.toml); then restarts (late-restart: as the eighth round's retry-restart) and the same
-    # with half of the new games from quiet 3-mark training positions (late-traps: the opponent's second move). Each
+    # with half of the new games from quiet 3-mark training positions (late-traps: the opponent's second move), and
+    # late-opening (run after the other two, alone on 2 threads): restarts kept to boards of at most 3 marks and three
+    # quarters of the new games from those positions. Each
     # arm is evaluated at step 60 and at its best periodic-eval checkpoint (fewest losses on the periodic eval's own
     # seeds, never the test seed); late-traps is then resumed to 90 steps. ARMS picks some: side by side with
     # ARMS=late-restart LOCK=/tmp/a and ARMS=late-traps LOCK=/tmp/b (after the SFT); the analyses and the plot at the
@@ -365,9 +367,13 @@ case "${1:-}" in
       -s output_dir=$N/sft2 -s seed=1 -d $N/late.jsonl --resume
     rl_evals forced-late-sft $N/sft2/final 2718 && quiet forced-late-sft $N/sft2/final
     python $X/losses.py $R/eval/forced-late-sft-games200-optimal
-    for a in ${ARMS:-late-restart late-traps}; do
+    for a in ${ARMS:-late-restart late-traps late-opening}; do
       case $a in
         late-restart) S=(-s restart_share=0.5) ;;
+        late-opening) S=(-s restart_share=0.5 -s env_args.restart_max_pieces=3 -s env_args.position_share=0.75
+                         -s env_args.split=train -s env_args.kinds=quiet -s "env_args.position_pieces=[3]"
+                         -s eval_env_args.position_share=0 -s eval_env_args.split=all -s eval_env_args.kinds=all
+                         -s eval_env_args.position_pieces=null -s num_threads=2) ;;
         late-traps) S=(-s restart_share=0.5 -s env_args.position_share=0.5 -s env_args.split=train
                        -s env_args.kinds=quiet -s "env_args.position_pieces=[3]" -s eval_env_args.position_share=0
                        -s eval_env_args.split=all -s eval_env_args.kinds=all -s eval_env_args.position_pieces=null) ;;
@@ -390,14 +396,14 @@ case "${1:-}" in
         python $X/losses.py $R/eval/forced-${a}90-games200-optimal
       fi
     done
-    [ -d $N/late-restart/final ] && [ -d $N/late-traps/final ] || exit 0
-    for a in late-restart late-traps; do   # sampled moves at the three trap classes, per 20 steps
+    [ -d $N/late-restart/final ] && [ -d $N/late-traps/final ] && [ -d $N/late-opening/final ] || exit 0
+    for a in late-restart late-traps late-opening; do   # sampled moves at the three trap classes, per 20 steps
       python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
     done
     quiet forced-late-traps $N/late-traps/checkpoints/step_000060/model
     python $X/discovery.py $N/late-traps start=$R/eval/forced-late-sft-positions-quiet \
       late-traps=$R/eval/forced-late-traps-positions-quiet
-    python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps \
+    python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps late-opening=$N/late-opening \
       --start forced-late-sft-games200-optimal -o $X/forced_late.png ;;
   forced-default)
     N=$R/forced-default
