@@ -251,16 +251,22 @@ def test_synth_drops_games_through_heldout_positions(tmp_path: Path) -> None:
                 assert not P.is_heldout(board), board
 
 
+def _recipe_script(name: str):  # type: ignore[no-untyped-def]
+    """A script of examples/tictactoe (not a package) loaded as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 def test_recipe_focus_data_weights_quiet_rows_and_refuses_heldout() -> None:
     """`examples/tictactoe/focus_data.py` (the recipe's focus phase): every game and every five-move draw twice (a
     shorter draw not at all), every quiet training position six times, free twice, 800 win/block replay rows; a
     held-out position row in the input is refused (the focus phase must not see held-out positions)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "focus_data.py"
-    spec = importlib.util.spec_from_file_location("focus_data", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = _recipe_script("focus_data")
     rows = [{"task": t} for t in TicTacToeEnv(task="move", split="train").build_dataset(None)]
     count = lambda data, kind: sum(r["task"].get("kind") == kind for r in data)  # noqa: E731
     quiet, free = count(rows, "quiet"), count(rows, "free")
@@ -281,12 +287,7 @@ def test_recipe_focus_data_weights_quiet_rows_and_refuses_heldout() -> None:
 def test_recipe_late_data_repeats_late_positions_and_refuses_heldout() -> None:
     """`examples/tictactoe/late_data.py` (the ninth round's start): every game once, every training position with one
     or two free cells twice, every other position once (or a seeded sample of `REPLAY`); a held-out row is refused."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "late_data.py"
-    spec = importlib.util.spec_from_file_location("late_data", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = _recipe_script("late_data")
     rows = [{"task": t} for t in TicTacToeEnv(task="move", split="train").build_dataset(None)]
     late = [r for r in rows if r["task"]["board"].count(".") <= 2]
     games = [{"task": {"seed": i}, "messages": []} for i in range(3)]
@@ -306,12 +307,7 @@ def test_recipe_late_data_repeats_late_positions_and_refuses_heldout() -> None:
 def test_recipe_best_step_picks_the_fewest_periodic_eval_losses() -> None:
     """`examples/tictactoe/best_step.py`: the step with the fewest periodic-eval losses, then the fewest invalid
     calls, then the later step; training rows without an eval are ignored, and a run without one is refused."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "best_step.py"
-    spec = importlib.util.spec_from_file_location("best_step", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = _recipe_script("best_step")
 
     def ev(step: int, loss: float, invalid: float) -> dict:  # type: ignore[type-arg]
         return {"step": step, "eval/metrics/loss": loss, "eval/metrics/invalid_moves": invalid}
@@ -327,12 +323,7 @@ def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
     """`examples/tictactoe/decisions.py`: a move counts for its board's symmetry class and its step's window, and
     is value-keeping when it is among the position's optimal moves (opposite corners around the centre: edges keep
     the draw, corners lose); games from a restarted board replay from that board; other classes are ignored."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "tictactoe" / "decisions.py"
-    spec = importlib.util.spec_from_file_location("decisions", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = _recipe_script("decisions")
     trap = "..O.X.O.."
     assert P.analyze(trap).optimal == (1, 3, 5, 7)
 

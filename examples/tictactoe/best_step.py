@@ -1,14 +1,15 @@
 """The step of a GRPO run's best periodic eval: the fewest losses (`eval/metrics/loss`), then the fewest invalid calls,
 then the later step. The periodic eval plays its own seeds (the dataset seed + 7919), never a test seed, so picking a
 checkpoint by it leaves the 200 test games on seed 2718 untouched. Usage:
-    python examples/tictactoe/best_step.py RUN_DIR/metrics.jsonl     (prints the step)
+    python examples/tictactoe/best_step.py RUN_DIR[/metrics.jsonl]     (prints the step)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from toolgym.train.runstate import read_metrics
 
 
 def best_step(rows: list[dict]) -> int:  # type: ignore[type-arg]
@@ -22,4 +23,4 @@ def best_step(rows: list[dict]) -> int:  # type: ignore[type-arg]
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
-    print(best_step([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]))
+    print(best_step(read_metrics(Path(sys.argv[1]))))

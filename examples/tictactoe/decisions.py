@@ -12,12 +12,11 @@ Only valid moves count (an invalid call is not a move of the game).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 
 
@@ -36,13 +35,6 @@ def decisions(rollouts: Iterable[dict], classes: set[str], window: int) -> dict[
             cell[0] += 1
             cell[1] += int(mv[1:]) in P.analyze(board).optimal
     return dict(out)
-
-
-def _rollouts(run_dir: Path) -> Iterable[dict]:  # type: ignore[type-arg]
-    with gzip.open(run_dir / "rollouts.jsonl.gz", "rt") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
 
 
 def main() -> None:
@@ -64,7 +56,7 @@ def main() -> None:
         classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
     if not classes:
         raise SystemExit("no class: give --classes or --from-eval")
-    rollouts = list(_rollouts(args.run_dir))
+    rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
     last = max((int(r["step"]) for r in rollouts), default=0)
     table = decisions(rollouts, set(classes), args.window)
     steps = sorted({(s - 1) // args.window * args.window + 1 for s in range(1, last + 1)})

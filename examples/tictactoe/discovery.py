@@ -14,13 +14,13 @@ step's worth); not visited; each also for the held-out split alone.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from collections import Counter
 from pathlib import Path
 
 from toolgym.journal import read_results
 from toolgym.stats import wilson
+from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 from toolgym_tictactoe import positions_shown
 from toolgym_tictactoe.shortcuts import position_scores
@@ -32,15 +32,7 @@ OFTEN = 64
 def visits(run_dir: Path) -> Counter[str]:
     """How many of the run's games showed each position with X to move (each game counts a position once; a step
     replayed after a resume counts once)."""
-    seen: dict[tuple[int, int, int], list[str]] = {}
-    with gzip.open(run_dir / "rollouts.jsonl.gz", "rt") as f:
-        for line in f:
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a member torn by a kill
-            seen[(d["step"], d["example_id"], d["rollout_index"])] = positions_shown(d["messages"])
-    return Counter(b for boards in seen.values() for b in boards)
+    return Counter(b for d in read_rollouts(run_dir) for b in positions_shown(d["messages"]))
 
 
 def optimal_by_board(eval_dir: Path) -> dict[str, float]:

@@ -90,3 +90,25 @@ def test_restart_share_needs_an_env_that_can_restart(tiny_model: Path, tmp_path:
 
     with pytest.raises(ValueError, match="cannot restart episodes.*restart_tasks"):
         GRPOTrainer(_cfg(tiny_model, tmp_path / "run", env="digits", env_args={}), env=DigitsEnv())
+
+
+def test_read_rollouts_counts_a_replayed_step_once_and_skips_a_torn_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`read_rollouts`: the saved rollouts of a run, one per (step, example, rollout) -- the last copy of a step that
+    a resume replayed -- and a line torn by a kill skipped, from the run folder or the file."""
+    import gzip
+    import json
+
+    from toolgym.train.runstate import read_rollouts
+
+    def row(step: int, ex: int, i: int, reward: float) -> str:
+        return json.dumps({"step": step, "example_id": ex, "rollout_index": i, "reward": reward}) + "\n"
+
+    path = tmp_path / "rollouts.jsonl.gz"
+    with gzip.open(path, "at") as f:  # one gzip member per step, as GRPO writes them
+        f.write(row(1, 0, 0, 0.1) + row(1, 0, 1, 0.2) + '{"step": 2, "exam')
+    with gzip.open(path, "at") as f:  # the resume replays step 1
+        f.write("\n" + row(1, 0, 0, 0.3) + row(1, 0, 1, 0.4) + row(2, 5, 0, 1.0))
+    rows = read_rollouts(tmp_path)
+    assert sorted((r["step"], r["example_id"], r["rollout_index"], r["reward"]) for r in rows) == \
+        [(1, 0, 0, 0.3), (1, 0, 1, 0.4), (2, 5, 0, 1.0)]
+    assert read_rollouts(path) == rows

@@ -264,6 +264,25 @@ class MetricsLog:
                     pass
 
 
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    """The rollouts a GRPO run saved (`save_rollouts`: RUN_DIR/rollouts.jsonl.gz, or that file), one per (step,
+    example, rollout): a step replayed after a resume counts once (its last copy), and a line torn by a kill is
+    skipped."""
+    import gzip
+
+    if path.is_dir():
+        path = path / "rollouts.jsonl.gz"
+    seen: dict[tuple[int, int, int], dict[str, Any]] = {}
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            seen[(d["step"], d["example_id"], d["rollout_index"])] = d
+    return list(seen.values())
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     out = []
     if path.is_dir():
