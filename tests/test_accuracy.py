@@ -122,3 +122,31 @@ def test_call_matches_bfcl() -> None:
 def test_match_sequence(calls, flags) -> None:
     expected = [{"name": "a", "arguments": {"x": [1]}}, {"name": "b", "arguments": {}}]
     assert match_sequence(calls, expected) == flags
+
+
+def test_call_similarity_gives_partial_credit_for_near_copies() -> None:
+    from toolgym.accuracy import call_similarity
+
+    want = [{"name": "save", "arguments": {"title": ["vetane_jasmine"], "body": ["clean beacon zobulte"],
+                                           "tag": ["", "x"]}}]
+    exact = call_similarity([("save", {"title": "vetane_jasmine", "body": "clean beacon zobulte"})], want)
+    near = call_similarity([("save", {"title": "vetane_jasmine", "body": "cleansaacon zobulte"})], want)
+    far = call_similarity([("save", {"title": "vetane_jasmine", "body": "zzz"})], want)
+    assert exact == 1.0 and 0.9 < near < 1.0 and 0.6 < far < near
+    # a missing required argument and an unexpected one score 0 for that parameter; the wrong tool scores 0
+    assert call_similarity([("save", {"title": "vetane_jasmine"})], want) == pytest.approx(2 / 3)
+    assert call_similarity([("save", {"title": "vetane_jasmine", "body": "clean beacon zobulte", "x": 1})],
+                           want) == pytest.approx(3 / 4)
+    assert call_similarity([("load", {"title": "vetane_jasmine", "body": "clean beacon zobulte"})], want) == 0.0
+    assert call_similarity([("save", None)], want) == 0.0
+    # numbers are right or wrong; a missing or extra call costs a whole call; no expected call: abstain or 0
+    two = [{"name": "add", "arguments": {"a": [2], "b": [3]}}, {"name": "save", "arguments": {"title": ["t"]}}]
+    assert call_similarity([("add", {"a": 2, "b": 4})], two) == pytest.approx(0.25)
+    assert call_similarity([("add", {"a": 2, "b": 3}), ("save", {"title": "t"}), ("save", {"title": "t"})],
+                           two) == pytest.approx(2 / 3)
+    assert call_similarity([], []) == 1.0 and call_similarity([("add", {})], []) == 0.0
+    # a value that matches under the call's mode is full credit; an inexact call never reaches 1
+    ci = [{"name": "f", "arguments": {"q": ["Wool Rug"]}, "match": "normalized"}]
+    assert call_similarity([("f", {"q": "wool-rug"})], ci) == 1.0
+    assert call_similarity([("f", {"q": "Wool Rug", "r": "x"})], [{"name": "f", "arguments": {"q": ["Wool Rug"],
+                                                                   "r": ["y" * 500 + "x"]}}]) < 1.0

@@ -238,3 +238,19 @@ async def test_brief_tool_descriptions_shorten_what_the_model_sees_not_what_is_v
     assert all(t.error is None and t.metrics["call_match"] == 1.0 for t in good)
     # the option is also an env option (-a tool_descriptions=brief) that overrides the config
     assert load_env(str(tmp_path / "full" / "env.toml"), tool_descriptions="brief").tool_descriptions == "brief"
+
+
+@pytest.mark.anyio
+async def test_config_env_call_similarity_reward(tmp_path: Path) -> None:
+    """`type = "call_similarity"`: the expected calls score 1; calls with the right tools and one wrong value each
+    (a number off, a string with nothing in common) score half."""
+    config = CONFIG.replace('type = "call_match"\nweight = 0.0', 'type = "call_similarity"\nweight = 1.0')
+    assert config != CONFIG
+    env = load_env(str(_write(tmp_path, config)))
+    tasks = env.build_dataset()
+    async with env:
+        good = await run_rollouts(env, ScriptedPolicy(_solver(False)), [(i, 0, t) for i, t in enumerate(tasks)])
+        bad = await run_rollouts(env, ScriptedPolicy(_solver(True)), [(i, 1, t) for i, t in enumerate(tasks)])
+    assert [t.rewards["call_similarity"] for t in good] == [1.0, 1.0]
+    assert [t.rewards["call_similarity"] for t in bad] == [0.5, 0.5]
+    assert all(t.metrics["call_match"] == 0.0 for t in bad)

@@ -210,6 +210,26 @@ def test_derived_config_keeps_paths_working_from_another_folder(tmp_path: Path) 
     assert cfg["tasks"]["path"] == str(tasks.resolve()) and cfg["rewards"] == [{"type": "call_match", "weight": 1.0}]
 
 
+def test_generated_rewards_take_exact_or_partial_call_credit(tmp_path: Path) -> None:
+    """`toolgym tasks train --call-reward`: the derived env's call term is the one chosen; a wrong name is refused
+    by the library and by the CLI (exit 2, naming the choices) before anything runs."""
+    import subprocess
+    import sys
+
+    from toolgym.train.recipe import generated_rewards
+
+    assert [r["type"] for r in generated_rewards()] == ["python", "call_match"]
+    assert generated_rewards("call_similarity")[1] == {"type": "call_similarity", "weight": 0.5}
+    with pytest.raises(ValueError, match="call_match, call_similarity"):
+        generated_rewards("call_matches")
+    cfg = tmp_path / "env.toml"
+    cfg.write_text('[server]\ncommand = ["x"]\n[tasks]\npath = "t.jsonl"\n[[rewards]]\ntype = "call_match"\n')
+    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "train", str(cfg), "-o", str(tmp_path / "r"),
+                           "--call-reward", "vibes"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "call_match, call_similarity" in proc.stdout + proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_trivial_players_score_what_they_should() -> None:
     call = {"name": "f", "arguments": {"s": ["a"]}}
     train = [_task(i, [call]) for i in range(5)] + [_task(9, [])]

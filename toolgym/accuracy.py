@@ -217,3 +217,47 @@ def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: lis
     for i, (name, args) in enumerate(calls):
         flags.append(i < len(expected) and call_matches(name, args, expected[i], default))
     return flags
+
+
+def _value_similarity(value: Any, options: list[Any], mode: Any) -> float:
+    """1.0 when `value` matches an acceptable option under `mode`; else, for a string, the best `difflib` ratio
+    against the string options (characters in common, in order); else 0."""
+    if any(value_matches(value, o, mode) for o in options):
+        return 1.0
+    if not isinstance(value, str):
+        return 0.0
+    return max((difflib.SequenceMatcher(None, value, o, autojunk=False).ratio() for o in options if isinstance(o, str)),
+               default=0.0)
+
+
+def call_similarity(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
+                    default: Any = "exact") -> float:
+    """Partial credit for a rollout's calls against the expected calls, in [0, 1] -- a denser reward than
+    `call_matches` for RL on copying (an argument one character off scores near 1, not 0; fine-grained tool rewards
+    as in ToolRL, Qian et al. 2025). Position by position: a call with the wrong name (or unparsed arguments) scores
+    0, an exactly matching one 1, else the mean over the expected and given parameters of: 1 for a matching value
+    (or a left-out optional one), the string similarity for a string that does not match, 0 for a missing required
+    or an unexpected argument. Summed over positions and divided by the longer of the two lists, so a missing or an
+    extra call costs a whole call. No expected calls: 1 when no call was made, else 0. Only the expected calls score
+    1 (an inexact call is capped at 0.999)."""
+    if not expected:
+        return float(not calls)
+    total = 0.0
+    for (name, args), exp in zip(calls, expected):  # noqa: B905 -- positions past the shorter list score 0
+        if args is None or name != exp.get("name"):
+            continue
+        if call_matches(name, args, exp, default):
+            total += 1.0
+            continue
+        spec: dict[str, Any] = exp.get("arguments", {}) or {}
+        modes = argument_modes(exp, default)
+        scores = [0.0 for p in args if p not in spec]
+        for param, accepted in spec.items():
+            options = accepted if isinstance(accepted, list) else [accepted]
+            real = [o for o in options if not is_optional_marker(o)]
+            if param not in args:
+                scores.append(1.0 if len(real) < len(options) else 0.0)
+            else:
+                scores.append(_value_similarity(args[param], real, modes[param]))
+        total += min(sum(scores) / len(scores), 0.999) if scores else 0.0
+    return total / max(len(calls), len(expected))

@@ -25,7 +25,8 @@
     type = "call_match"                       # the calls equal task.expected_calls (BFCL AST rules)
     weight = 0.0
 
-Reward types: `answer`, `call_match`, `called` (the model called `tool` successfully, optionally with `args`: those
+Reward types: `answer`, `call_match`, `call_similarity` (partial credit in [0, 1]: a near-copy of an argument
+scores near 1, `toolgym.accuracy.call_similarity` -- a denser signal for RL), `called` (the model called `tool` successfully, optionally with `args`: those
 arguments must match, BFCL rules, others are free),
 `tool_result` (after the rollout, call `tool` with `args` — `{field}` placeholders filled from the task — and compare
 its output with `task[field]`: verifies server state, not the transcript), `python` (`function = "module:attr"`, a
@@ -51,7 +52,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from toolgym.accuracy import call_matches, check_mode, is_optional_marker
+from toolgym.accuracy import call_matches, call_similarity, check_mode, is_optional_marker
 from toolgym.env import HiddenCallError, StatefulToolEnv
 from toolgym.episode import current_episode
 from toolgym.mcp_bridge import ServerBinding, ServerSpec
@@ -139,7 +140,7 @@ class TasksConfig(pydantic.BaseModel):
 
 class RewardConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    type: Literal["answer", "call_match", "called", "tool_result", "python"]
+    type: Literal["answer", "call_match", "call_similarity", "called", "tool_result", "python"]
     name: str | None = None
     weight: float = 1.0
     field: str = "answer"
@@ -325,6 +326,12 @@ def _make_reward(rc: RewardConfig, base: Path, mode: Any = "exact") -> Any:
             ok = len(calls) == len(expected) and all(
                 call_matches(c.name, c.arguments, e, mode) for c, e in zip(calls, expected, strict=True))
             return float(ok)
+    elif rc.type == "call_similarity":
+        def fn(task, calls):  # type: ignore[no-untyped-def]
+            expected = task.get("expected_calls")
+            if expected is None:
+                raise KeyError("task has no expected_calls for the call_similarity reward")
+            return call_similarity([(c.name, c.arguments) for c in calls], expected, mode)
     elif rc.type == "called":
         if not rc.tool:
             raise ValueError("reward type 'called' needs `tool`")

@@ -315,22 +315,26 @@ def tasks_train_cmd(
                                 "values for the strings the request states (copying, not memorising); 0: off."),
     augment_novel: float = typer.Option(0.3, "--augment-novel", min=0.0, max=1.0, help="Share of invented words in "
                                         "those values (the rest from the built-in word list, as generated tasks)."),
+    call_reward: str = typer.Option("call_match", "--call-reward", help="The calls' reward term: call_match "
+                                    "(exact calls) or call_similarity (partial credit for near-copies)."),
 ) -> None:
     """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
     tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
     (Registered as `toolgym tasks train` by the main CLI.)"""
     from toolgym.tasks.generate import GenerationError
-    from toolgym.train.recipe import PHASES, RecipeOptions, run_recipe
+    from toolgym.train.recipe import CALL_REWARDS, PHASES, RecipeOptions, run_recipe
 
     bad = sorted(set(phase) - set(PHASES))
     if bad:
         _fail(f"--phase {', '.join(bad)}: phases are {', '.join(PHASES)}")
     if not env_config.is_file():
         _fail(f"env config {env_config} not found")
+    if call_reward not in CALL_REWARDS:
+        _fail(f"--call-reward {call_reward}: one of {', '.join(CALL_REWARDS)}")
     opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
                          gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
                          concurrency=concurrency, num_threads=num_threads, augment=augment,
-                         augment_novel=augment_novel)
+                         augment_novel=augment_novel, call_reward=call_reward)
     bars: dict[str, Any] = {}
     with _progress() as prog:
         def progress(name: str, r: dict[str, Any]) -> None:

@@ -32,10 +32,19 @@ from typing import Any
 from toolgym.train.augment import NOVEL
 
 PHASES = ("generate", "env", "synth", "sft", "grpo", "eval")
-GENERATED_REWARDS = [
-    {"name": "correct", "type": "python", "function": "toolgym.tasks.rewards:correct", "weight": 1.0},
-    {"type": "call_match", "weight": 0.5},
-]
+CALL_REWARDS = ("call_match", "call_similarity")  # the calls' term of the generated tasks' reward
+
+
+def generated_rewards(call_reward: str = "call_match") -> list[dict[str, Any]]:
+    """The rewards of generated tasks: the live answer (`correct`, weight 1) and the calls (weight 0.5): exact
+    (`call_match`) or partial credit for near-copies (`call_similarity`, `toolgym.accuracy.call_similarity`)."""
+    if call_reward not in CALL_REWARDS:
+        raise ValueError(f"call_reward must be one of {', '.join(CALL_REWARDS)}, got {call_reward!r}")
+    return [{"name": "correct", "type": "python", "function": "toolgym.tasks.rewards:correct", "weight": 1.0},
+            {"type": call_reward, "weight": 0.5}]
+
+
+GENERATED_REWARDS = generated_rewards()
 
 
 def default_base() -> Path:
@@ -62,6 +71,7 @@ class RecipeOptions:
     num_threads: int | None = None
     augment: int = 0  # fresh-value copies per teacher row for SFT (`toolgym.train.augment`); 0 = off
     augment_novel: float = NOVEL  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
+    call_reward: str = "call_match"  # the calls' reward term (`CALL_REWARDS`): exact, or partial credit
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
@@ -333,7 +343,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         log(f"generate: {len(res['train'])} training + {len(res['heldout'])} held-out tasks "
             f"({res['summary']['attempts']} attempts) -> {tasks}")
     if "env" in opts.phases or not env_cfg.exists():
-        derive_config(opts.env, env_cfg, tasks, GENERATED_REWARDS)
+        derive_config(opts.env, env_cfg, tasks, generated_rewards(opts.call_reward))
     if "synth" in opts.phases and not teacher.exists():
         from toolgym.train.synth import synth
 
@@ -421,5 +431,5 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
     return report
 
 
-__all__ = ["GENERATED_REWARDS", "PHASES", "RecipeOptions", "copy_player", "default_base", "derive_config", "rates",
+__all__ = ["CALL_REWARDS", "GENERATED_REWARDS", "generated_rewards", "PHASES", "RecipeOptions", "copy_player", "default_base", "derive_config", "rates",
            "run_recipe", "string_values", "teacher_policy", "trivial_baselines", "write_report"]
