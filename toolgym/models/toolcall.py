@@ -432,8 +432,10 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     `call_match` (first turn: exactly the expected call -- name and every argument equal, no extra ones),
     `name_ok`, `abstain_ok` (no-tool requests: no call), `answer_ok` (the final turn's `<answer>` equals the
     expected one, given the gold calls and results), `chain_ref_ok` (the second call of a `chain_ref` request,
-    whose value is copied from the first result), and `string_args_unseen` -- the share of string argument values
-    not in `seen` (e.g. every string value of the pre-training corpus). Rates with 95 % Wilson intervals."""
+    whose value is copied from the first result), `copy_ok` (`n` fresh one-request copy drills of every value shape:
+    the answer is exactly the quoted value -- the base's copying precision, which caps what fine-tuning reaches on
+    unseen strings), and `string_args_unseen` -- the share of string argument values not in `seen` (e.g. every
+    string value of the pre-training corpus). Rates with 95 % Wilson intervals."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -455,7 +457,12 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     last = _generate(model, tok, [prompt(r, len(r["messages"]) - 1) for r in rows], max_new_tokens)
     refs = [r for r in rows if r["kinds"][0] == "chain_ref"]
     second = _generate(model, tok, [prompt(r, 4) for r in refs], max_new_tokens)
-    flags: dict[str, list[bool]] = {k: [] for k in ("call_match", "name_ok", "abstain_ok", "answer_ok", "chain_ref_ok")}
+    drill_rng = random.Random(f"toolcall-eval-copy:{seed}")  # its own stream: the other rates keep their rows
+    drills = [copy_drill(drill_rng, vocab, 1) for _ in range(n)]
+    copied = _generate(model, tok, [prompt(d, 2) for d in drills], max_new_tokens)
+    flags: dict[str, list[bool]] = {k: [] for k in ("call_match", "name_ok", "abstain_ok", "answer_ok", "chain_ref_ok",
+                                                     "copy_ok")}
+    flags["copy_ok"] = [text.strip() == d["messages"][2]["content"] for d, text in zip(drills, copied, strict=True)]
     strings: list[str] = []
     for row, text, fin in zip(rows, first, last, strict=True):
         msgs = row["messages"]

@@ -264,9 +264,9 @@ def pretrain_cmd(
     size: str = typer.Option("small", "--size", help="tiny | small | medium | base (see `toolgym model init-tiny`)."),
     minutes: float | None = typer.Option(None, "--minutes", help="Pre-train for this wall time (default 30)."),
     steps: int | None = typer.Option(None, "--steps", help="Pre-train for this many steps instead (reproducible)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Conversations per optimizer step (16 per micro-batch)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Conversations per optimizer step (16 per micro-batch)."),
     learning_rate: float = typer.Option(2e-3, "--lr", help="Peak learning rate of the tool-use stage."),
-    copy_share: float = typer.Option(0.55, "--copy-share", help="Share of the budget spent on copy drills first."),
+    copy_share: float = typer.Option(0.75, "--copy-share", help="Share of the budget spent on copy drills first."),
     copy_lr: float = typer.Option(3e-3, "--copy-lr", help="Peak learning rate of the copy-drill stage."),
     call_share: float = typer.Option(0.0, "--call-share", help="Share of the tool-use stage's scenes that are "
                                      "call drills (values stated in the request copied into tool-call JSON)."),
