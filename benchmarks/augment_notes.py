@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from toolgym.train.recipe import CALL_REWARDS, RecipeOptions, run_recipe
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "servers" / "notes_server.py"
 
@@ -46,7 +48,7 @@ def main() -> None:
     ap.add_argument("--base", default="", help="the model SFT starts from (default: the shipped tool-calling base)")
     ap.add_argument("--heldout", type=int, default=120, help="held-out tasks generated (more: narrower intervals)")
     ap.add_argument("--grpo", type=int, default=0, help="GRPO steps after each arm's SFT (0: SFT only)")
-    ap.add_argument("--call-reward", default="call_match", choices=["call_match", "call_similarity"],
+    ap.add_argument("--call-reward", default="call_match", choices=CALL_REWARDS,
                     help="the calls' reward term of GRPO (exact calls, or partial credit for near-copies)")
     ap.add_argument("--grpo-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="GRPO config override (repeatable), e.g. batch_size=16")
@@ -54,7 +56,6 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from toolgym.train.recipe import RecipeOptions, run_recipe
 
     arms = []
     for spec in a.arms.split(","):
