@@ -27,7 +27,16 @@ from toolgym.tasks.generate import (
 )
 from toolgym.train.recipe import derive_config, trivial_baselines
 from toolgym.tasks.rewards import correct
-from toolgym.tasks.sampling import ArgSampler, Pools, SchemaError, children, description_examples, entries, harvest
+from toolgym.tasks.sampling import (
+    ArgSampler,
+    Pools,
+    SchemaError,
+    children,
+    description_examples,
+    entries,
+    harvest,
+    path_like,
+)
 
 SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
@@ -96,6 +105,32 @@ def test_description_examples_and_server_values_are_candidates() -> None:
     got = {ArgSampler(random.Random(i), pools, tool="read").sample(
         {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})["path"] for i in range(60)}
     assert {"notes/todo.txt", "hinted.md"} <= got
+
+
+def test_server_values_that_are_not_path_shaped_stay_out_of_path_parameters() -> None:
+    """A metadata result's timestamp, clock time or permission bits is a server value, but not a destination a user
+    would name; a free-text parameter may still take it."""
+    odd = ["Thu Nov 26 2026 15:29:48 GMT+0000 (Coordinated Universal Time)", "15:51:26", "755", "62.983"]
+    assert [path_like(v) for v in odd] == [False] * 4
+    assert all(path_like(v) for v in ["library/work", "green-curry.md", "my notes.txt", "C:\\data\\x.csv"])
+    pools = Pools(server=[*odd, "library/travel"], tokens=odd)
+    dest = {"type": "object", "properties": {"destination": {"type": "string"}}, "required": ["destination"]}
+    got = {ArgSampler(random.Random(i), pools, tool="move").sample(dest)["destination"] for i in range(200)}
+    assert "library/travel" in got and not got & set(odd)
+    note = {"type": "object", "properties": {"label": {"type": "string"}}, "required": ["label"]}
+    got = {ArgSampler(random.Random(i), pools, tool="tag").sample(note)["label"] for i in range(200)}
+    assert got & set(odd)
+
+
+def test_a_count_parameter_is_a_whole_number() -> None:
+    head = {"type": "object", "properties": {"head": {"type": "number", "description": "Return only the first N lines"}},
+            "required": ["head"]}
+    price = {"type": "object", "properties": {"price": {"type": "number", "description": "Price in euros"}},
+             "required": ["price"]}
+    heads = [ArgSampler(random.Random(i)).sample(head)["head"] for i in range(100)]
+    prices = [ArgSampler(random.Random(i)).sample(price)["price"] for i in range(100)]
+    assert all(float(v).is_integer() for v in heads)
+    assert any(not float(v).is_integer() for v in prices)
 
 
 def test_a_source_that_keeps_failing_is_drawn_less() -> None:

@@ -130,7 +130,7 @@ class Vocabulary:
             return self.url(rng)
         if "uuid" in n:
             return self.uuid(rng)
-        if re.search(r"path|file|dest|source|src|target|dir|folder", n):
+        if re.search(_PATH_PARAM, n):
             if rng.random() < 0.1:
                 return "."  # the current folder: a listing tool's first success, whose entries seed the rest
             return self.path(rng) if "dir" not in n and "folder" not in n else self.name(rng)
@@ -380,8 +380,9 @@ class ArgSampler:
             return self._string(node, name)
         if t == "integer":
             return int(self._number(node, integer=True))
-        if t == "number":
-            return self._number(node, integer=rng.random() < 0.7)
+        if t == "number":  # a count (`first N lines`, `limit`, `max results`) is a whole number; other numbers may not be
+            count = re.search(_COUNT, f"{name} {node.get('description') or ''}".lower()) is not None
+            return self._number(node, integer=count or rng.random() < 0.7)
         if t == "boolean":
             return rng.random() < 0.5
         if t == "array":
@@ -479,8 +480,11 @@ class ArgSampler:
         examples = [e for e in [*(node.get("examples") or []), node.get("default"), *description_examples(desc)]
                     if isinstance(e, str) and ok(e)]
         mine = [v for v in self.pools.by_param.get((self.tool, name), []) if ok(v)]
-        served = mine if mine and rng.random() < 0.25 else mine + [v for v in self.pools.server if ok(v)]
-        words = [v for v in self.pools.tokens if ok(v)]
+        # a value the server returned goes into a path-like parameter only when it reads as a path or a name: a
+        # listing's entries do, a metadata field's timestamp, time or permission bits (`755`) do not
+        fits = path_like if re.search(_PATH_PARAM, name.lower()) and not fmt else (lambda v: True)
+        served = mine if mine and rng.random() < 0.25 else mine + [v for v in self.pools.server if ok(v) and fits(v)]
+        words = [v for v in self.pools.tokens if ok(v) and fits(v)]
         options: dict[str, list[str] | None] = {"vocab": None}
         if examples:
             options["examples"] = examples
@@ -506,6 +510,19 @@ class ArgSampler:
         raise SchemaError(f"{name}: no string fits (pattern {pattern!r}, length {lo}..{hi})")
 
 
+_PATH_PARAM = r"path|file|dest|source|src|target|dir|folder"
+_PATH_VALUE = re.compile(r"^(?:[A-Za-z]:[\\/])?[\w.~\\/-]+(?: [\w.~\\/-]+){0,2}$")
+_COUNT = (r"\b(?:count|limit|lines?|rows?|items?|results?|top|page|offset|index|size|depth|retries|first n|last n|"
+          r"number of|how many|max|min)\b|^n$|^k$|(?:^|_)(?:n|num|max|min|top|head|tail|limit|count)(?:_|$)")
+
+
+def path_like(value: str) -> bool:
+    """Whether a value reads as a file path or a name (`notes/todo.txt`, `library`, `C:\\data\\x.csv`): word
+    characters, dots, dashes, slashes, at most two inner spaces, at least one letter; not a timestamp, a clock time or
+    a bare number."""
+    return bool(_PATH_VALUE.match(value)) and any(c.isalpha() for c in value)
+
+
 _NUM_KEYS = ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _FORMATS = {
     "date": Vocabulary.date, "date-time": Vocabulary.datetime, "time": lambda v, r: Vocabulary.time(v, r) + ":00",
@@ -518,4 +535,4 @@ def _singular(name: str) -> str:
 
 
 __all__ = ["ArgSampler", "Pools", "SchemaError", "Vocabulary", "children", "description_examples", "entries",
-           "harvest"]
+           "harvest", "path_like"]
