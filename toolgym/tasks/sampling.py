@@ -12,9 +12,11 @@ Where string values come from (`Pools`):
 - values the server returned: `harvest(result_text)` takes the entries of a listing (lines without `[FILE] `-style
   tags or bullets), JSON string leaves and identifier-like tokens, and `children(parent, entry)` joins an earlier
   argument with an entry of its result (`notes` + `todo.txt` -> `notes/todo.txt`) -- so one tool's output feeds
-  another tool's arguments;
+  another tool's arguments; a path-like parameter takes such a value only when it reads as a path or a name
+  (`path_like`: no timestamps, clock times or bare numbers);
 - a built-in vocabulary (`Vocabulary`): words, phrases, file names, paths, ids, e-mail addresses, URLs, times and
   dates shaped by the parameter's name and description (`path`, `file`, `content`, `query`, `id`, `url`, `time` ...).
+A `number` whose name or description says it counts (`first N lines`, `limit`, `max_results`) is drawn whole.
 
 Nothing here knows a particular server; what succeeds is decided by executing the call (`toolgym.tasks.generate`).
 """
