@@ -194,20 +194,29 @@ def call_matches(name: str, args: dict[str, Any] | None, expected: dict[str, Any
     expected call's `match` does not name."""
     if args is None or name != expected.get("name"):
         return False
+    return all(s == 1.0 for s in _argument_scores(args, expected, default, partial=False))
+
+
+def _argument_scores(args: dict[str, Any], expected: dict[str, Any], default: Any, partial: bool) -> list[float]:
+    """One score per argument of a call whose name is the expected one: 0 for an unexpected argument or a missing
+    required one, 1 for a left-out optional one or a value an option accepts under its mode; a value no option
+    accepts scores 0, or with `partial` (strings only) its best `difflib` ratio against the string options."""
     spec: dict[str, Any] = expected.get("arguments", {}) or {}
-    if set(args) - set(spec):
-        return False
     modes = argument_modes(expected, default)
+    scores = [0.0 for p in args if p not in spec]
     for param, accepted in spec.items():
         options = accepted if isinstance(accepted, list) else [accepted]
-        optional = any(is_optional_marker(o) for o in options)
+        real = [o for o in options if not is_optional_marker(o)]
         if param not in args:
-            if not optional:
-                return False
-            continue
-        if not any(value_matches(args[param], o, modes[param]) for o in options if not is_optional_marker(o)):
-            return False
-    return True
+            scores.append(1.0 if len(real) < len(options) else 0.0)
+        elif any(value_matches(args[param], o, modes[param]) for o in real):
+            scores.append(1.0)
+        elif partial and isinstance(args[param], str):
+            scores.append(max((difflib.SequenceMatcher(None, args[param], o, autojunk=False).ratio()
+                               for o in real if isinstance(o, str)), default=0.0))
+        else:
+            scores.append(0.0)
+    return scores
 
 
 def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
@@ -217,17 +226,6 @@ def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: lis
     for i, (name, args) in enumerate(calls):
         flags.append(i < len(expected) and call_matches(name, args, expected[i], default))
     return flags
-
-
-def _value_similarity(value: Any, options: list[Any], mode: Any) -> float:
-    """1.0 when `value` matches an acceptable option under `mode`; else, for a string, the best `difflib` ratio
-    against the string options (characters in common, in order); else 0."""
-    if any(value_matches(value, o, mode) for o in options):
-        return 1.0
-    if not isinstance(value, str):
-        return 0.0
-    return max((difflib.SequenceMatcher(None, value, o, autojunk=False).ratio() for o in options if isinstance(o, str)),
-               default=0.0)
 
 
 def call_similarity(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
@@ -249,15 +247,6 @@ def call_similarity(calls: list[tuple[str, dict[str, Any] | None]], expected: li
         if call_matches(name, args, exp, default):
             total += 1.0
             continue
-        spec: dict[str, Any] = exp.get("arguments", {}) or {}
-        modes = argument_modes(exp, default)
-        scores = [0.0 for p in args if p not in spec]
-        for param, accepted in spec.items():
-            options = accepted if isinstance(accepted, list) else [accepted]
-            real = [o for o in options if not is_optional_marker(o)]
-            if param not in args:
-                scores.append(1.0 if len(real) < len(options) else 0.0)
-            else:
-                scores.append(_value_similarity(args[param], real, modes[param]))
+        scores = _argument_scores(args, exp, default, partial=True)
         total += min(sum(scores) / len(scores), 0.999) if scores else 0.0
     return total / max(len(calls), len(expected))

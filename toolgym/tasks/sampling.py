@@ -382,7 +382,7 @@ class ArgSampler:
             return self._string(node, name)
         if t == "integer":
             return int(self._number(node, integer=True))
-        if t == "number":  # a count (`first N lines`, `limit`, `max results`) is a whole number; other numbers may not be
+        if t == "number":  # a count (`first N lines`, `limit`, `max results`) is whole; other numbers may not be
             count = re.search(_COUNT, f"{name} {node.get('description') or ''}".lower()) is not None
             return self._number(node, integer=count or rng.random() < 0.7)
         if t == "boolean":

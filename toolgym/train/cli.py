@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from toolgym.train.pretrain import BATCH_SIZE, COPY_SHARE  # light: no torch at import
+
 app = typer.Typer(help="Teacher data, SFT, GRPO training and training curves.", no_args_is_help=True,
                   pretty_exceptions_show_locals=False)
 console = Console()
@@ -264,9 +266,11 @@ def pretrain_cmd(
     size: str = typer.Option("small", "--size", help="tiny | small | medium | base (see `toolgym model init-tiny`)."),
     minutes: float | None = typer.Option(None, "--minutes", help="Pre-train for this wall time (default 30)."),
     steps: int | None = typer.Option(None, "--steps", help="Pre-train for this many steps instead (reproducible)."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Conversations per optimizer step (16 per micro-batch)."),
+    batch_size: int = typer.Option(BATCH_SIZE, "--batch-size",
+                                   help="Conversations per optimizer step (16 per micro-batch)."),
     learning_rate: float = typer.Option(2e-3, "--lr", help="Peak learning rate of the tool-use stage."),
-    copy_share: float = typer.Option(0.75, "--copy-share", help="Share of the budget spent on copy drills first."),
+    copy_share: float = typer.Option(COPY_SHARE, "--copy-share",
+                                     help="Share of the budget spent on copy drills first."),
     copy_lr: float = typer.Option(3e-3, "--copy-lr", help="Peak learning rate of the copy-drill stage."),
     call_share: float = typer.Option(0.0, "--call-share", help="Share of the tool-use stage's scenes that are "
                                      "call drills (values stated in the request copied into tool-call JSON)."),

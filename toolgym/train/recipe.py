@@ -44,8 +44,6 @@ def generated_rewards(call_reward: str = "call_match") -> list[dict[str, Any]]:
             {"type": call_reward, "weight": 0.5}]
 
 
-GENERATED_REWARDS = generated_rewards()
-
 
 def default_base() -> Path:
     """The tool-calling base shipped with toolgym (`toolgym/models/toolcall_base`)."""
@@ -431,5 +429,5 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
     return report
 
 
-__all__ = ["CALL_REWARDS", "GENERATED_REWARDS", "generated_rewards", "PHASES", "RecipeOptions", "copy_player", "default_base", "derive_config", "rates",
-           "run_recipe", "string_values", "teacher_policy", "trivial_baselines", "write_report"]
+__all__ = ["CALL_REWARDS", "copy_player", "default_base", "derive_config", "generated_rewards", "PHASES", "rates",
+           "RecipeOptions", "run_recipe", "string_values", "teacher_policy", "trivial_baselines", "write_report"]
