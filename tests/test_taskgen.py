@@ -102,6 +102,29 @@ def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_pa
         chk = subprocess.run([sys.executable, "-m", "toolgym.cli", "check", str(OWN), "-a", f"tasks={path}"],
                              capture_output=True, text=True, timeout=300)
         assert chk.returncode == 0 and "all valid" in chk.stdout, chk.stdout[-2000:]
+    # more tasks for the same set (`--extend`): two-call tasks that start from a listing and refer to its entries,
+    # none of them using a value or a tool pair the first run held out
+    more = tmp_path / "more.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "generate", str(OWN), "-n", "10",
+                           "--heldout", "0", "--no-tool-share", "0", "--chain-share", "1", "--ref-share", "1",
+                           "--listing-first", "1", "--extend", str(out), "-o", str(more), "-c", "4", "--seed", "4"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    added = [json.loads(x) for x in more.read_text().splitlines()]
+    # the attempt loop stops once the split has its task count: a few one-call tasks (the probes) may fill it
+    assert len(added) == 10 and sum(len(t["expected_calls"]) == 2 for t in added) >= 7
+    assert [t["id"] for t in added] == [f"train-{i}" for i in range(40, 50)]  # ids continue the set's: files join
+    refs = [t for t in added if t["kind"].endswith("(ref)")]
+    assert len(refs) >= 5 and all("entry of that result" in t["prompt"] for t in refs), [t["kind"] for t in added]
+    schemas, failures = asyncio.run(_replay(OWN, added))
+    assert not failures, failures[:5]
+    held_values = _values(heldout, schemas) - _values(train, schemas)
+    pairs = [{tuple(c["name"] for c in t["expected_calls"]) for t in rows if len(t["expected_calls"]) > 1}
+             for rows in (heldout, train)]
+    held_pairs = pairs[0] - pairs[1]
+    for t in added:
+        assert not _values([t], schemas) & held_values, t
+        assert tuple(c["name"] for c in t["expected_calls"]) not in held_pairs, t
 
 
 @need_multi_servers

@@ -19,6 +19,7 @@ from toolgym.tasks.generate import (
     Attempt,
     answer_fields,
     assign_split,
+    avoided,
     check_split,
     free_values,
     pick_answer,
@@ -204,6 +205,32 @@ def test_split_holds_values_out_and_the_check_catches_a_leak() -> None:
     with pytest.raises(AssertionError, match="held-out value"):
         check_split([*train, leaked], heldout, held, combos, schemas)
     assert free_values({"s": "a", "m": "x", "l": [1, True]}, {"properties": {"m": {"enum": ["x"]}}}) == ["a", 1]
+
+
+def test_an_earlier_held_out_file_stays_out_of_training_whatever_the_hash() -> None:
+    """`--extend`: the held-out values and tool pairs of an existing set are held out on top of this run's own split."""
+    schemas = {"f": {"type": "object", "properties": {"s": {"type": "string"}}},
+               "g": {"type": "object", "properties": {"s": {"type": "string"}}}}
+    tasks = [_task(i, [{"name": "f", "arguments": {"s": [f"v{i}"]}}]) for i in range(200)]
+    tasks += [_task(200 + i, [{"name": "f", "arguments": {"s": [f"w{i}"]}},
+                              {"name": "g", "arguments": {"s": [f"w{i}"]}}]) for i in range(40)]
+    old = [_task(900, [{"name": "f", "arguments": {"s": ["v7"]}}]),
+           _task(901, [{"name": "f", "arguments": {"s": ["v7x"]}}, {"name": "g", "arguments": {"s": ["v8x"]}}]),
+           _task(902, [{"name": "f", "arguments": {"s": ["v5"]}}, {"name": "f", "arguments": {"s": ["v7"]}}])]
+    old_train = [_task(903, [{"name": "f", "arguments": {"s": ["v5"]}}, {"name": "f", "arguments": {"s": ["v6"]}}])]
+    fixed = avoided(old, old_train, schemas)  # v5 and the pair f, f were in the old training set: still usable
+    assert fixed == ({"s:v7", "s:v7x", "s:v8x"}, {("f", "g")})
+    quoting = dict(_task(950, [{"name": "f", "arguments": {"s": ["v9"]}}]), prompt='Use "v9", not "v7x".')
+    tasks.append(quoting)
+    plain_held, _ = assign_split(tasks, schemas, 0.01, 0.05, seed=0)
+    assert "s:v7" not in plain_held and tasks[7]["split"] == "train"  # by its hash alone v7 would train
+    held, combos = assign_split(tasks, schemas, 0.01, 0.05, seed=0, fixed=fixed)
+    assert fixed[0] <= held and ("f", "g") in combos
+    assert tasks[7]["split"] == "heldout" and quoting["split"] == "heldout"  # the value, and a prompt quoting one
+    assert all(t["split"] == "heldout" for t in tasks[200:240])  # the pair f then g
+    train = [t for t in tasks if t["split"] == "train"]
+    assert len(train) >= 190
+    check_split(train, [t for t in tasks if t["split"] == "heldout"], held, combos, schemas)
 
 
 def test_answers_name_the_field_that_varies() -> None:

@@ -43,6 +43,16 @@ def heldout_path(out: Path) -> Path:
     return out.with_name(out.stem + ".heldout" + out.suffix)
 
 
+def _task_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        rows = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        _fail(f"--extend: {path}: {exc}")
+    if not all(isinstance(r, dict) and isinstance(r.get("expected_calls"), list) for r in rows):
+        _fail(f"--extend: {path} is not a tasks file (every row needs expected_calls)")
+    return rows
+
+
 @app.command("generate")
 def generate_cmd(
     env_name: str = typer.Argument(..., help="Environment name or env config path (its server, sandboxes, setup)."),
@@ -53,6 +63,14 @@ def generate_cmd(
     seed: int = typer.Option(0, "--seed"),
     no_tool_share: float = typer.Option(0.15, "--no-tool-share", min=0.0, max=0.9, help="Share of no-tool tasks (abstention)."),
     chain_share: float = typer.Option(0.25, "--chain-share", min=0.0, max=1.0, help="Share of two-call tasks among tool tasks."),
+    ref_share: float = typer.Option(0.4, "--ref-share", min=0.0, max=1.0, help="Share of two-call tasks whose first "
+                                    "result lists entries that refer to one ('the first entry of that result') "
+                                    "instead of stating the second value."),
+    listing_first: float = typer.Option(0.0, "--listing-first", min=0.0, max=1.0, help="Share of two-call attempts "
+                                        "that start with a tool whose results listed entries so far (more references)."),
+    extend: Path | None = typer.Option(None, "--extend", help="TASKS.jsonl of an existing set (TASKS.heldout.jsonl "
+                                       "beside it): add to it -- no new training task uses a value or tool pair held "
+                                       "out there, and ids continue its numbering."),
     heldout_share: float = typer.Option(0.2, "--heldout-share", min=0.01, max=0.9,
                                         help="Share of free values (and tool pairs) held out."),
     tool: list[str] = typer.Option([], "--tool", help="Only these tools (repeatable)."),
@@ -84,8 +102,11 @@ def generate_cmd(
     except (ValueError, TypeError, FileNotFoundError) as exc:
         _fail(str(exc))
     fields = {k: v[-1] for k, v in _pairs(field, "--field").items()}
+    keep_rows = _task_rows(extend) if extend else []
+    avoid_rows = _task_rows(heldout_path(extend)) if extend else []
     opts = GenOptions(
         n_train=num, n_heldout=heldout, seed=seed, no_tool_share=no_tool_share, chain_share=chain_share,
+        ref_share=ref_share, listing_first=listing_first, avoid=avoid_rows, keep=keep_rows,
         heldout_share=heldout_share, tools=tool or None, exclude=exclude, hints=_pairs(hint, "--hint"), fields=fields,
         error_patterns=tuple(error_pattern) or DEFAULT_ERROR_PATTERNS, concurrency=concurrency,
         max_attempts=max_attempts, replay=not no_replay,

@@ -11,7 +11,9 @@ How a task is made (nothing here knows a particular server):
    An attempt is kept only if every call succeeds (no MCP error flag, no text matching `error_patterns`);
 4. **multi-step**: a two-call attempt draws the second call's strings from the first call's result (its entries,
    and those joined to the first call's path-like arguments: `notes` + `todo.txt`), sometimes referring to them
-   instead of stating them ("the first entry of that result");
+   instead of stating them ("the first entry of that result"; `ref_share` of the two-call tasks whose first result
+   lists entries). With `listing_first` > 0 that share of two-call attempts starts with a tool whose results have
+   listed entries so far in the run (a directory listing, a search), so more second calls can refer to one;
 5. **answers**: the last call's result -- for a JSON object, its field whose value varies most over that tool's
    calls (the prompt asks for it by name); for text, the text (or its first line) when short;
 6. **replay**: each kept task runs again in a fresh episode; a task whose calls fail there is dropped, and one whose
@@ -22,7 +24,9 @@ How a task is made (nothing here knows a particular server):
 9. **held-out split**: each free value (strings not from an enum, numbers) is held out by a hash of the value
    (values in more than `common_share` of the tasks stay in training), each two-tool combination likewise; a task
    with any held-out value or combination is held out. No held-out value occurs in a training task's calls or
-   prompt: `check_split` asserts it before anything is written.
+   prompt: `check_split` asserts it before anything is written. To grow an existing set without a leak, `avoid`
+   (its held-out tasks) and `keep` (its training tasks) add the held-out values and tool combinations of that set --
+   those its held-out tasks use and its training tasks do not -- to this run's held-out side.
 
 Every expected call is validated against the live schema (`toolgym.accuracy.validate_args`) when it is drawn and
 again before writing. Expected calls are written with exact values, BFCL-style (`{"a": [3]}`: one acceptable value
@@ -65,6 +69,9 @@ class GenOptions:
     no_tool_share: float = 0.15      # share of no-tool (abstention) tasks
     chain_share: float = 0.25        # share of two-call tasks among tool tasks
     ref_share: float = 0.4           # share of two-call tasks whose second value is referred to, not stated
+    listing_first: float = 0.0       # share of two-call attempts that start with a tool seen to list entries
+    avoid: list[dict[str, Any]] = field(default_factory=list)  # an earlier set's held-out tasks ...
+    keep: list[dict[str, Any]] = field(default_factory=list)   # ... and its training tasks (see `avoided`)
     heldout_share: float = 0.2       # share of free values (and two-tool combinations) held out
     common_share: float = 0.05       # values used by more than this share of the tasks always stay in training
     tools: list[str] | None = None   # restrict to these tools (default: every visible tool)
@@ -236,6 +243,11 @@ class Generator:
         ok = self.stats["ok"]
         # tools with fewer successes are tried more often (balance), every tool keeps a chance
         weights = [1.0 / (1 + ok[n]) ** 0.8 for n in names]
+        lists = self.stats["lists"]
+        if chain and self.opts.listing_first > 0 and any(lists[n] for n in names) \
+                and rng.random() < self.opts.listing_first:
+            # weighted by how often each tool's successful results listed entries
+            weights = [w * lists[n] / max(1, ok[n]) for w, n in zip(weights, names, strict=True)]
         first = rng.choices(names, weights)[0]
         sampler = ArgSampler(rng, self.pools, self.vocab, tool=first)
         try:
@@ -322,6 +334,7 @@ class Generator:
                         queue += self.crawl(att, *att.probe)
                     for name, args, text in att.steps:
                         self.stats["ok"][name] += 1
+                        self.stats["lists"][name] += bool(entries(text))
                         self.pools.add_success(name, args)
                         self.pools.add_server(harvest(text))
                         self.pools.add_server(harvest(text, tokens=True), pool="tokens")
@@ -422,16 +435,33 @@ def combo(task: dict[str, Any]) -> tuple[str, ...]:
     return tuple(c["name"] for c in task["expected_calls"])
 
 
+def avoided(heldout: list[dict[str, Any]], train: list[dict[str, Any]], schemas: dict[str, dict[str, Any]]
+            ) -> tuple[set[str], set[tuple[str, ...]]]:
+    """The held-out side of an existing split: the free values (split keys) and tool combinations that its held-out
+    tasks use and its training tasks do not (values common to both, like `.`, stay usable)."""
+    values = {v for t in heldout for v in task_values(t, schemas)} - {v for t in train for v in task_values(t, schemas)}
+    combos = {combo(t) for t in heldout if len(combo(t)) > 1} - {combo(t) for t in train}
+    return values, combos
+
+
+def _quotes(prompt: str, values: set[str]) -> bool:
+    return any(v.startswith("s:") and len(v) > 4 and T.show(v[2:]) in prompt for v in values)
+
+
 def assign_split(tasks: list[dict[str, Any]], schemas: dict[str, dict[str, Any]], share: float, common: float,
-                 seed: int) -> tuple[set[str], set[tuple[str, ...]]]:
-    """Mark each task's `split` (train / heldout) in place; returns the held-out values and tool combinations."""
+                 seed: int, fixed: tuple[set[str], set[tuple[str, ...]]] = (set(), set())
+                 ) -> tuple[set[str], set[tuple[str, ...]]]:
+    """Mark each task's `split` (train / heldout) in place; returns the held-out values and tool combinations.
+    `fixed`: values and combinations held out whatever their hash (`avoided`); a task quoting such a value in its
+    prompt is held out too."""
     counts: Counter[str] = Counter(v for t in tasks for v in set(task_values(t, schemas)))
     limit = max(2, common * len(tasks))
-    held = {v for v in counts if counts[v] <= limit and _h("value", seed, v) < share}
+    held = {v for v in counts if counts[v] <= limit and _h("value", seed, v) < share} | fixed[0]
     combos = {combo(t) for t in tasks if len(combo(t)) > 1}
-    held_combos = {c for c in combos if len(combos) >= 4 and _h("combo", seed, c) < share}
+    held_combos = {c for c in combos if len(combos) >= 4 and _h("combo", seed, c) < share} | fixed[1]
     for t in tasks:
-        out = any(v in held for v in task_values(t, schemas)) or combo(t) in held_combos
+        out = any(v in held for v in task_values(t, schemas)) or combo(t) in held_combos \
+            or (bool(fixed[0]) and _quotes(t["prompt"], fixed[0]))
         t["split"] = "heldout" if out else "train"
     return held, held_combos
 
@@ -447,7 +477,7 @@ def check_split(train: list[dict[str, Any]], heldout: list[dict[str, Any]], held
         if combo(t) in held_combos:
             raise AssertionError(f"held-out tool combination {combo(t)} in training task {t['id']}")
         for v in held:
-            if v.startswith("s:") and len(v) > 4 and T.show(v[2:]) in t["prompt"]:
+            if _quotes(t["prompt"], {v}):
                 raise AssertionError(f"held-out value {v[2:]!r} quoted in the prompt of training task {t['id']}")
 
 
@@ -488,6 +518,7 @@ async def generate(env: Any, opts: GenOptions,
     "summary"}`. Raises `GenerationError` when the attempt budget ends before enough tasks are found."""
     await env.start()
     gen = Generator(env, opts, on_progress)
+    fixed = avoided(opts.avoid, opts.keep, gen.schemas)
     total = opts.n_train + opts.n_heldout
     none_share = opts.no_tool_share
     need = {"train": opts.n_train, "heldout": opts.n_heldout}
@@ -506,7 +537,7 @@ async def generate(env: Any, opts: GenOptions,
             chains += await gen.attempts(want_c - len(chains), chain=True, budget=max(0, left))
         fields = answer_fields(singles + chains)
         tasks = [build_task(a, gen.tools, fields, random.Random(0), opts.answer_max_chars, True) for a in singles + chains]
-        assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed)
+        assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed)
         short = max(need[s] * (1 - none_share) / max(1, sum(t["split"] == s for t in tasks)) for s in need)
         if short <= 1.0 or gen.stats["attempts"]["*"] >= budget:
             break
@@ -535,7 +566,7 @@ async def generate(env: Any, opts: GenOptions,
             continue
         seen_text.add(t["answer"])
         tasks.append(t)
-        assign_split(tasks[n_tool:], gen.schemas, opts.heldout_share, 1.0, opts.seed)
+        assign_split(tasks[n_tool:], gen.schemas, opts.heldout_share, 1.0, opts.seed, fixed)
         if all(sum(x["split"] == s for x in tasks[n_tool:]) >= want_none[s] for s in need):
             break
     for t in tasks:  # schema validity of every expected call, once more, before anything is written
@@ -543,13 +574,13 @@ async def generate(env: Any, opts: GenOptions,
             err = validate_args(gen.schemas[c["name"]], {k: v[0] for k, v in c["arguments"].items()})
             if err:
                 raise AssertionError(f"generated call {c['name']} is not valid against the live schema: {err}")
-    held, held_combos = assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed)
+    held, held_combos = assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed)
     train = _pick([t for t in tasks if t["split"] == "train"], opts.n_train, none_share, chain_share, opts.seed)
     heldout = _pick([t for t in tasks if t["split"] == "heldout"], opts.n_heldout, none_share, chain_share, opts.seed + 1)
     if opts.paraphrase is not None:
         await _paraphrase_all(train + heldout, opts.paraphrase, gen.stats)
-    for split, rows in (("train", train), ("heldout", heldout)):
-        for i, t in enumerate(rows):
+    for split, rows, start in (("train", train, len(opts.keep)), ("heldout", heldout, len(opts.avoid))):
+        for i, t in enumerate(rows, start):  # ids continue an extended set's, so the files can be joined
             t["id"] = f"{split}-{i}"
             t.update({k: v for k, v in opts.fields.items() if k not in t})
     check_split(train, heldout, held, held_combos, gen.schemas)
@@ -558,6 +589,8 @@ async def generate(env: Any, opts: GenOptions,
         "succeeded_calls": dict(gen.stats["ok"]), "failed_attempts": dict(gen.stats["failed"]),
         "replay_failed": dict(gen.stats["replay_failed"]), "answers_stable": stable_count, "kept_attempts": len(kept),
         "tools_never_succeeded": sorted(set(gen.tools) - set(gen.stats["ok"])),
+        "listing_results": {k: v for k, v in gen.stats["lists"].items() if v},
+        "avoided": {"values": len(fixed[0]), "combos": len(fixed[1])},
         "errors": {k: dict(v.most_common(3)) for k, v in gen.errors.items()},
         "answer_fields": {k: ".".join(v) for k, v in fields.items()},
         "heldout_values": len(held), "heldout_combos": [list(c) for c in held_combos],
