@@ -111,3 +111,30 @@ def test_fresh_words_mix_listed_and_invented_words_as_the_generator_does() -> No
 
     assert 0.4 < share_listed(None) < 0.85  # 70 % of words drawn from the list (some listed values are numbers)
     assert share_listed(1.0) < 0.05  # invented syllable words only (one may spell a listed word by chance)
+
+
+def test_a_value_taken_from_an_earlier_tool_result_is_copied_fresh_in_the_result_and_the_call() -> None:
+    """A second call that uses "the first entry of that result": its value is stated by the tool result, not the
+    request, and each copy renames it in both (and in nothing before the result)."""
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {
+        "path": {"type": "string", "description": "Path."}}}}} for n in ("list_directory", "create_directory")]
+    row = {"example_id": 3, "tools": tools, "messages": [
+        {"role": "user", "content": 'List "shelf/books". Then create a directory named the first entry of that result.'},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function", "function": {
+            "name": "list_directory", "arguments": json.dumps({"path": "shelf/books"})}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "[FILE] Marovel\n[FILE] quiet-harbor.md"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "create_directory", "arguments": json.dumps({"path": "Marovel"})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Created Marovel"},
+        {"role": "assistant", "content": "<answer>done</answer>"}]}
+    assert set(copied_values(row)) == {"shelf/books", "Marovel"}
+    unrelated = json.loads(json.dumps(row))
+    unrelated["messages"][2]["content"] = "[FILE] other\n[FILE] quiet-harbor.md"  # no message states Marovel
+    assert set(copied_values(unrelated)) == {"shelf/books"}
+    rows, counts = augment_rows([row], k=2, seed=3)
+    assert counts["copies"] == 2
+    for c in rows[1:]:
+        new = c["augmented"]["values"]["Marovel"]
+        assert new != "Marovel" and c["messages"][2]["content"] == f"[FILE] {new}\n[FILE] quiet-harbor.md"
+        assert json.loads(c["messages"][3]["tool_calls"][0]["function"]["arguments"]) == {"path": new}
+        assert c["messages"][4]["content"] == f"Created {new}" and "Marovel" not in json.dumps(c["messages"])

@@ -4,7 +4,8 @@ A tiny model fine-tuned for a few epochs on a few hundred generated tasks learns
 path, a user name) instead of copying whatever value a request states: on held-out tasks whose strings no training
 task has, it writes a near-copy or a memorised name. `augment_rows` makes `k` copies of each teacher conversation in
 which every value the model has to copy -- a free string argument of an expected call (schema type string, no enum,
-const, pattern or format) that the user's request states -- is replaced by a fresh invented value of the same shape
+const, pattern or format) that the user's request states, or that a tool result before the call states (a second
+call that uses "the first entry of that result") -- is replaced by a fresh invented value of the same shape
 (`toolgym.tasks.sampling.Vocabulary.for_param`), everywhere in the conversation: the request, the call's arguments,
 the tool's result and the final answer. Each copy is then one more demonstration of copying a value nobody has seen.
 Its words are drawn as the task generator draws them (`NOVEL`: 30 % invented syllable words, the rest from the
@@ -52,19 +53,23 @@ def _bounded(value: str) -> re.Pattern[str]:
 
 
 def copied_values(row: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """{value: (param, its schema)} of the free string arguments in the row's calls that its first user message
-    states (values with letters: a time or a number means something to the server, a name is only copied)."""
+    """{value: (param, its schema)} of the free string arguments in the row's calls that its first user message or
+    a tool result before the call states (values with letters: a time or a number means something to the server, a
+    name is only copied)."""
     free = free_string_params(row.get("tools") or [])
     user = next((m.get("content") or "" for m in row["messages"] if m.get("role") == "user"), "")
+    stated = [user]  # the request, then each tool result as the conversation reaches it
     found: dict[str, tuple[str, dict[str, Any]]] = {}
     for m in row["messages"]:
+        if m.get("role") == "tool" and isinstance(m.get("content"), str):
+            stated.append(m["content"])
         for call in m.get("tool_calls") or []:
             fn = call["function"]
             args = fn["arguments"]
             args = json.loads(args) if isinstance(args, str) else args
             for p, v in (args or {}).items():
                 if isinstance(v, str) and p in free.get(fn["name"], {}) and len(v) >= MIN_CHARS \
-                        and re.search(r"[A-Za-z]{2}", v) and _bounded(v).search(user):
+                        and re.search(r"[A-Za-z]{2}", v) and any(_bounded(v).search(t) for t in stated):
                     found.setdefault(v, (p, free[fn["name"]][p]))
     return found
 
