@@ -332,3 +332,20 @@ def test_heldout_rates_count_errored_rollouts_as_failures() -> None:
     assert r["errors"]["rate"] == 0.5 and r["errors"]["n"] == 2
     assert r["abstain_ok"] == {"rate": None, "n": 0, "lo": None, "hi": None}
     json.loads(json.dumps(r, allow_nan=False))
+
+
+def test_extend_names_a_missing_or_wrong_tasks_file_before_generating(tmp_path: Path) -> None:
+    """`--extend` reads the set's two files first: a missing one or rows without `expected_calls` exit 2 with the
+    path (no server is started, nothing is written)."""
+    from typer.testing import CliRunner
+
+    from toolgym.tasks.cli import app
+
+    env = Path(__file__).resolve().parents[1] / "examples" / "own_server" / "env.toml"
+    out = tmp_path / "more.jsonl"
+    res = CliRunner().invoke(app, ["generate", str(env), "-o", str(out), "--extend", str(tmp_path / "none.jsonl")])
+    assert res.exit_code == 2 and "none.jsonl" in res.output and not out.exists()
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "bad.heldout.jsonl").write_text("")
+    res = CliRunner().invoke(app, ["generate", str(env), "-o", str(out), "--extend", str(tmp_path / "bad.jsonl")])
+    assert res.exit_code == 2 and "not a tasks file" in res.output and not out.exists()
