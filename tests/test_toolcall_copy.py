@@ -7,7 +7,8 @@ COPY_RATE of them, with a 95 % interval clear of the base's own (which copies no
 (about 6-10 minutes on 2 cores): `pytest -m slow`. Measured (docs/models.md): the first base (pre-trained in steps
 of 32) 0 % -> 67.6 % (58.3-75.7) after SFT with the copies (51.9 % when their words were invented only), 15.7 %
 (10.1-23.8) without them; the base shipped since 2026-11-28 (steps of 16) 95.8 % (93.2-97.5) on 400 held-out tasks
-(n = 360), so the 90 % the recipe aims at is reached on this server."""
+(n = 360), so the 90 % the recipe aims at is reached on this server; this test's own 120-task split 93.5 %
+(87.2-96.8, n = 108, 8.3 min on 2 cores)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
 pytest.importorskip("transformers")
 
 SERVER = Path(__file__).resolve().parent / "servers" / "notes_server.py"
-COPY_RATE = 0.55  # first base: 67.6 % (58.3-75.7, n = 108); shipped base: 95.8 % on the 400-task split (docs/models.md)
+# this test's own split with the shipped base (2026-11-28): 93.5 % (87.2-96.8, n = 108; the base alone 0 %); the
+# first base reached 67.6 % (58.3-75.7), so a base that copies like the first one fails here
+COPY_RATE = 0.80
 
 
 def test_the_base_fine_tuned_for_minutes_copies_unseen_strings(tmp_path: Path) -> None:
