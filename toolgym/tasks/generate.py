@@ -333,14 +333,15 @@ class Generator:
                     if att.probe is not None:
                         queue += self.crawl(att, *att.probe)
                     for name, args, text in att.steps:
+                        listed = entries(text)
                         self.stats["ok"][name] += 1
-                        self.stats["lists"][name] += bool(entries(text))
+                        self.stats["lists"][name] += bool(listed)
                         self.pools.add_success(name, args)
                         self.pools.add_server(harvest(text))
                         self.pools.add_server(harvest(text, tokens=True), pool="tokens")
                         for a in args.values():
                             if isinstance(a, str):
-                                self.pools.add_server(c for e in entries(text)
+                                self.pools.add_server(c for e in listed
                                                       if _name_like(e) and (c := children(a, e)) is not None)
                 elif att.failed_tool:
                     self.stats["failed"][att.failed_tool] += 1
