@@ -48,6 +48,8 @@ def test_a_value_has_the_same_tokens_after_any_punctuation(tok_dir: Path) -> Non
         assert len({tuple(v) for v in after.values()}) == 1, after  # `"x`, `>x`, `/x` ...: the same pieces of x
     words = pieces(" river kettle")
     assert words[0].startswith("Ġ") and len(words[0]) > 1  # a word after a space starts with one token `Ġ`+letter
+    assert pieces(" lisbon.md")[1:] != pieces('"lisbon.md')[1:]  # but after a space a name is other pieces:
+    # `[FILE] lisbon.md` in a listing vs `"lisbon.md"` in a call (`copy_drill(unquoted=...)` drills that mapping)
 
 
 def test_random_conversations_are_valid_and_copyable() -> None:
@@ -72,6 +74,44 @@ def test_random_conversations_are_valid_and_copyable() -> None:
     assert kinds == {"call", "chain", "chain_ref", "none"}
     drill = copy_drill(rng, requests=5)
     assert drill["tools"] == [] and len(drill["messages"]) == 11
+
+
+def test_unquoted_drills_write_the_value_bare_after_a_space() -> None:
+    """`copy_drill(unquoted=1)`: every value stands bare after a space in the request (no quote around it) and is
+    answered exactly; `unquoted=0` quotes every value, as the shipped base's stream did."""
+    from toolgym.tasks.sampling import Vocabulary
+
+    rng = random.Random(4)
+    for share, bare in ((1.0, True), (0.0, False)):
+        row = copy_drill(rng, Vocabulary(novel=0.6), 30, unquoted=share)
+        msgs = row["messages"][1:]
+        for user, answer in zip(msgs[::2], msgs[1::2], strict=True):
+            value = answer["content"].removeprefix("<answer>").removesuffix("</answer>")
+            quoted = json.dumps(value, ensure_ascii=False) in user["content"] or f"'{value}'" in user["content"]
+            assert quoted is not bare, (share, user["content"])
+            if bare:
+                assert f" {value}" in user["content"]
+
+
+def test_pretrain_writes_values_bare_only_once_copying_had_half_its_stage(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pretrain(unquoted_share=s)`: the first half of the copy stage draws quoted drills only (copying forms on
+    them), its second half and the tool stage draw `s` of the drill values bare."""
+    import toolgym.train.pretrain as pre
+    from toolgym.models.tiny import init_tiny
+
+    seen: list[float] = []
+    real = pre.scene
+
+    def spy(*args: object) -> list[dict[str, object]]:
+        seen.append(float(args[-1]))  # type: ignore[arg-type]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pre, "scene", spy)
+    init = init_tiny(tmp_path / "init", size="tiny", split=WORD_SPLIT,
+                     corpus_sources=["chatml", lambda rng: toolcall_corpus(rng, 100)])
+    pretrain(init, tmp_path / "out", steps=8, batch_size=2, micro_batch_size=2, copy_share=0.5, unquoted_share=0.4)
+    assert seen == [0.0, 0.0, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4]  # steps 1-2 quoted; 3-4 (copy, 2nd half), 5-8 (tools)
 
 
 def test_call_drills_state_every_value_they_call_with() -> None:
@@ -127,6 +167,22 @@ def test_pretrain_runs_and_saves_a_loadable_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not (default_base() / "config.json").exists(), reason="the tool-calling base is not built")
+def test_a_base_can_reuse_the_shipped_tokenizer(tmp_path: Path) -> None:
+    """`init_tiny(tokenizer_from=...)` (`toolgym pretrain --tokenizer`): the new model's tokenizer is the shipped
+    base's, token for token, whatever the generator now renders into a tokenizer corpus."""
+    from transformers import AutoTokenizer
+
+    from toolgym.models.tiny import init_tiny
+
+    init = init_tiny(tmp_path / "init", size="tiny", tokenizer_from=default_base())
+    ours, shipped = AutoTokenizer.from_pretrained(init), AutoTokenizer.from_pretrained(default_base())
+    assert ours.get_vocab() == shipped.get_vocab()
+    text = '[FILE] lisbon.md <tool_call>{"path": "lisbon.md"}</tool_call><|im_end|>'
+    assert ours(text)["input_ids"] == shipped(text)["input_ids"]
+    assert json.loads((init / "config.json").read_text())["vocab_size"] == len(shipped)
+
+
+@pytest.mark.skipif(not (default_base() / "config.json").exists(), reason="the tool-calling base is not built")
 def test_the_shipped_base_is_what_its_card_says() -> None:
     info = json.loads((default_base() / "toolgym_tiny.json").read_text())
     assert info["base"] == "toolcall" and info["steps"] == 3200 and info["batch_size"] == 16
@@ -146,6 +202,6 @@ def test_eval_base_measures_copying_on_fresh_drills() -> None:
     from toolgym.models.toolcall import eval_toolcall
 
     res = eval_toolcall(default_base(), n=30, seed=7)
-    assert res["copy_ok"]["n"] == 30
+    assert res["copy_ok"]["n"] == 30 and res["copy_unquoted_ok"]["n"] == 30
     assert res["copy_ok"]["rate"] >= 0.35
     assert res["abstain_ok"]["n"] + res["call_match"]["n"] == 30

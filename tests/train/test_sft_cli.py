@@ -94,3 +94,12 @@ def test_train_names_a_missing_model_folder(tmp_path, monkeypatch) -> None:
     assert res.exit_code == 2 and "no such model folder" in res.output.replace("\n", " "), res.output
     assert loaded == []
     assert not (tmp_path / "run").exists()  # nothing written: no config.json, metrics or checkpoint
+
+
+def test_pretrain_names_a_tokenizer_folder_without_a_tokenizer(tmp_path: Path) -> None:
+    """`toolgym pretrain --tokenizer DIR` where DIR holds no tokenizer.json: exit 2 naming it, nothing written."""
+    out = tmp_path / "base"
+    res = CliRunner().invoke(app, ["pretrain", "--out", str(out), "--steps", "1", "--tokenizer", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert "no tokenizer.json" in res.output.replace("\n", " ")
+    assert not out.exists()

@@ -260,8 +260,11 @@ def init_tiny(
     extra_corpus_files: Iterable[str | Path] = (),
     max_position_embeddings: int = 4096,
     split: str | None = None,
+    tokenizer_from: str | Path | None = None,
 ) -> Path:
-    """Build and save the tiny model + tokenizer to `out_dir`; returns the path. Deterministic given `seed`."""
+    """Build and save the tiny model + tokenizer to `out_dir`; returns the path. Deterministic given `seed`.
+    `tokenizer_from`: a model folder whose tokenizer to reuse instead of training one (the corpus, `vocab_size` and
+    `split` are then unused) -- a tokenizer trained on generated text changes whenever the generator does."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -269,7 +272,14 @@ def init_tiny(
         raise ValueError(f"unknown size {size!r}; known: {sorted(SIZES)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(build_corpus(corpus_sources, seed=seed, extra_files=extra_corpus_files), vocab_size, split)
+    if tokenizer_from is not None:
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast.from_pretrained(str(tokenizer_from))
+        tok.chat_template = tok.chat_template or CHAT_TEMPLATE
+    else:
+        tok = train_tokenizer(build_corpus(corpus_sources, seed=seed, extra_files=extra_corpus_files), vocab_size,
+                              split)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = Qwen2Config(

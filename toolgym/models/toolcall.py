@@ -278,15 +278,20 @@ COPY_TEMPLATES = ("Repeat {v} back to me.", "Say {v}.", "Reply with exactly {v}.
 
 
 def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 8,
-               system: str | None = None) -> dict[str, Any]:
+               system: str | None = None, unquoted: float = 0.0) -> dict[str, Any]:
     """A conversation without tools of `requests` copy requests: a value of any shape (words, invented names, ids,
     paths, numbers, e-mail addresses, times) quoted in the request and answered exactly. Short and dense in copied
-    tokens: the cheapest way to make a tiny model copy before it learns where values go in a call."""
+    tokens: the cheapest way to make a tiny model copy before it learns where values go in a call. An `unquoted`
+    share of the values is written bare after a space (`Say lisbon.md.`): with the `word` split a name after a space
+    is other tokens (`Ġl is bon`) than in the answer (`>lis bon`), as a listing's entry is than the same name in a
+    call's JSON string -- these drills ask for that mapping. 0 draws nothing extra (the shipped base's stream)."""
     vocab = vocab or Vocabulary(novel=0.6)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
     for _ in range(requests):
         v = drill_value(rng, vocab)
         quoted = json.dumps(v, ensure_ascii=False) if rng.random() < 0.8 else f"'{v}'"
+        if unquoted and rng.random() < unquoted:
+            quoted = v
         prompt = rng.choice(COPY_TEMPLATES + NO_TOOL_TEMPLATES).format(v=quoted)
         msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": f"<answer>{v}</answer>"}]
     return {"messages": msgs, "tools": [], "kinds": ["copy"] * requests}
@@ -334,16 +339,16 @@ def call_drill(rng: random.Random, vocab: Vocabulary, tools: list[dict[str, Any]
 
 
 def scene(rng: random.Random, vocab: Vocabulary, rows: int, drill_share: float = 0.3,
-          requests: tuple[int, int] = (1, 3), call_share: float = 0.0) -> list[dict[str, Any]]:
+          requests: tuple[int, int] = (1, 3), call_share: float = 0.0, unquoted: float = 0.0) -> list[dict[str, Any]]:
     """`rows` conversations that share their system prompt and tools (random ones) and differ in their requests:
     what one micro-batch of pre-training holds. A batch whose rows start alike computes that prefix (the tool
     schemas) once (`toolgym.train.loss.masked_logprobs`), so requests cost little more than their own tokens -- as
     in fine-tuning on one env, where every row has the same tools. A `drill_share` of scenes are copy drills, a
-    `call_share` call drills (`call_drill`, 3-8 requests each, on 1-3 `drill_tool`s)."""
+    `call_share` call drills (`call_drill`, 3-8 requests each, on 1-3 `drill_tool`s); `unquoted`: see `copy_drill`."""
     system = rng.choice(SYSTEM_PROMPTS)
     r = rng.random()
     if r < drill_share:
-        return [copy_drill(rng, vocab, rng.randint(2, 6), system) for _ in range(rows)]
+        return [copy_drill(rng, vocab, rng.randint(2, 6), system, unquoted) for _ in range(rows)]
     taken: set[str] = set()
     if r < drill_share + call_share:
         tools = [drill_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3]))]
@@ -434,8 +439,10 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     expected one, given the gold calls and results), `chain_ref_ok` (the second call of a `chain_ref` request,
     whose value is copied from the first result), `copy_ok` (`n` fresh one-request copy drills of every value shape:
     the answer is exactly the quoted value -- the base's copying precision, which caps what fine-tuning reaches on
-    unseen strings), and `string_args_unseen` -- the share of string argument values not in `seen` (e.g. every
-    string value of the pre-training corpus). Rates with 95 % Wilson intervals."""
+    unseen strings), `copy_unquoted_ok` (the same with the value written bare after a space, as a listing shows a
+    name: other tokens than in the answer with the `word` split), and `string_args_unseen` -- the share of string
+    argument values not in `seen` (e.g. every string value of the pre-training corpus). Rates with 95 % Wilson
+    intervals."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -460,9 +467,14 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     drill_rng = random.Random(f"toolcall-eval-copy:{seed}")  # its own stream: the other rates keep their rows
     drills = [copy_drill(drill_rng, vocab, 1) for _ in range(n)]
     copied = _generate(model, tok, [prompt(d, 2) for d in drills], max_new_tokens)
+    bare_rng = random.Random(f"toolcall-eval-bare:{seed}")
+    bare = [copy_drill(bare_rng, vocab, 1, unquoted=1.0) for _ in range(n)]
+    copied_bare = _generate(model, tok, [prompt(d, 2) for d in bare], max_new_tokens)
     flags: dict[str, list[bool]] = {k: [] for k in ("call_match", "name_ok", "abstain_ok", "answer_ok", "chain_ref_ok",
-                                                     "copy_ok")}
+                                                     "copy_ok", "copy_unquoted_ok")}
     flags["copy_ok"] = [text.strip() == d["messages"][2]["content"] for d, text in zip(drills, copied, strict=True)]
+    flags["copy_unquoted_ok"] = [text.strip() == d["messages"][2]["content"]
+                                 for d, text in zip(bare, copied_bare, strict=True)]
     strings: list[str] = []
     for row, text, fin in zip(rows, first, last, strict=True):
         msgs = row["messages"]

@@ -274,6 +274,11 @@ def pretrain_cmd(
     copy_lr: float = typer.Option(3e-3, "--copy-lr", help="Peak learning rate of the copy-drill stage."),
     call_share: float = typer.Option(0.0, "--call-share", help="Share of the tool-use stage's scenes that are "
                                      "call drills (values stated in the request copied into tool-call JSON)."),
+    unquoted_share: float = typer.Option(0.0, "--unquoted-share", min=0.0, max=1.0, help="Share of copy drills whose "
+                                         "value is written bare after a space, from the copy stage's second half "
+                                         "(a name as a listing shows it, answered as a call writes it)."),
+    tokenizer_from: Path | None = typer.Option(None, "--tokenizer", help="Reuse this model folder's tokenizer "
+                                               "(e.g. toolgym/models/toolcall_base) instead of training one."),
     seed: int = typer.Option(0, "--seed"),
     num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads (default: torch's, all cores)."),
     eval_n: int = typer.Option(200, "--eval-n", help="Fresh random conversations to evaluate it on at the end (0: none)."),
@@ -284,6 +289,8 @@ def pretrain_cmd(
 
     if minutes is not None and steps is not None:
         _fail("give --minutes or --steps, not both")
+    if tokenizer_from is not None and not (tokenizer_from / "tokenizer.json").is_file():
+        _fail(f"--tokenizer {tokenizer_from}: no tokenizer.json there")
     with _progress() as prog:
         bar = prog.add_task("pre-training", total=1.0, info="")
 
@@ -294,7 +301,8 @@ def pretrain_cmd(
         info = build_toolcall_base(out, size=size, steps=steps, minutes=30.0 if minutes is None else minutes,
                                    batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                                    num_threads=num_threads, eval_n=eval_n, copy_share=copy_share,
-                                   copy_learning_rate=copy_lr, call_share=call_share, on_step=tick)
+                                   copy_learning_rate=copy_lr, call_share=call_share, unquoted_share=unquoted_share,
+                                   tokenizer_from=tokenizer_from, on_step=tick)
     ev = info.get("eval", {})
     rates = ", ".join(f"{k} {100 * v['rate']:.0f} %" for k, v in ev.items() if isinstance(v, dict) and v.get("rate") is not None)
     console.print(f"wrote {out} ({info['params']:,} params, {info['steps']} steps, {info['build_s'] / 60:.1f} min); "

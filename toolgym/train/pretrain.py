@@ -34,14 +34,17 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
              batch_size: int = BATCH_SIZE, micro_batch_size: int = 16, learning_rate: float = 3e-3, warmup_steps: int = 20,
              seed: int = 0, num_threads: int | None = None, drill_share: float = 0.3,
              requests: tuple[int, int] = (1, 3), copy_share: float = 0.0, copy_learning_rate: float | None = None,
-             call_share: float = 0.0, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             call_share: float = 0.0, unquoted_share: float = 0.0,
+             on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Pre-train the model in `init_dir` on endless streams of fresh random conversations -- no conversation is seen
     twice, so nothing can be memorised -- and save it to `out`. The first `copy_share` of the budget trains on copy
     drills only (at `copy_learning_rate`, default `learning_rate`), the rest on one `scene` (rows with the same random
     tools, a `drill_share` of them copy drills and a `call_share` call drills) per micro-batch; each stage warms up
     over `warmup_steps` and then follows a cosine down to a tenth of its rate. Stops after `steps` optimizer steps
-    (reproducible) or `minutes` of wall time (the schedules then run on the elapsed share of it). Loss: mean cross-entropy over the assistant tokens (the
-    masks `toolgym sft` trains on). Writes `out/metrics.jsonl` (one line per step, with its `stage`)."""
+    (reproducible) or `minutes` of wall time (the schedules then run on the elapsed share of it). From the second half
+    of the copy stage on, an `unquoted_share` of the drills' values is written bare after a space (`copy_drill`), once
+    copying has formed on quoted ones. Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft`
+    trains on). Writes `out/metrics.jsonl` (one line per step, with its `stage`)."""
     import math
     import time
 
@@ -86,9 +89,10 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
             for g in opt.param_groups:
                 g["lr"] = lr
             share = 1.0 if stage == "copy" else drill_share
+            bare = unquoted_share if stage == "tools" or within >= 0.5 else 0.0
             groups = [sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None)
                               for r in scene(rng, vocab, micro_batch_size, share, requests,
-                                             0.0 if stage == "copy" else call_share)), key=len)
+                                             0.0 if stage == "copy" else call_share, bare)), key=len)
                       for _ in range(max(1, batch_size // micro_batch_size))]
             n_tok = sum(sum(t.mask) for g in groups for t in g)
             loss_sum = 0.0
@@ -121,10 +125,14 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
                         batch_size: int = BATCH_SIZE, learning_rate: float = 2e-3, seed: int = 0,
                         num_threads: int | None = None,
                         eval_n: int = 200, copy_share: float = COPY_SHARE, copy_learning_rate: float = 3e-3,
-                        call_share: float = 0.0, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                        call_share: float = 0.0, unquoted_share: float = 0.0,
+                        tokenizer_from: str | Path | None = None,
+                        on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Build the tool-calling base in `out` (see the module docstring): tokenizer + random `size` model, `pretrain`
     for `steps` or `minutes`, then `eval_toolcall` on `eval_n` fresh conversations; `toolgym_tiny.json` records the
-    recipe, its wall time and the evaluation."""
+    recipe, its wall time and the evaluation. `tokenizer_from`: reuse that model folder's tokenizer instead of training
+    one (the shipped base's, to rebuild it: the tokenizer's corpus holds generated text, which changes with the task
+    generator)."""
     import shutil
     import tempfile
     import time
@@ -134,21 +142,23 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
     t0 = time.time()
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="toolcall-init-") as tmp:
-        init = init_tiny(Path(tmp) / "init", size=size, seed=seed, split=WORD_SPLIT,
+        init = init_tiny(Path(tmp) / "init", size=size, seed=seed, split=WORD_SPLIT, tokenizer_from=tokenizer_from,
                          corpus_sources=["chatml", lambda rng: toolcall_corpus(rng, 3000)])
         tiny = json.loads((init / "toolgym_tiny.json").read_text())
         if out.exists():
             shutil.rmtree(out)
         last = pretrain(init, out, steps=steps, minutes=None if steps else minutes, batch_size=batch_size,
                         learning_rate=learning_rate, seed=seed, num_threads=num_threads, copy_share=copy_share,
-                        copy_learning_rate=copy_learning_rate, call_share=call_share, on_step=on_step)
+                        copy_learning_rate=copy_learning_rate, call_share=call_share,
+                        unquoted_share=unquoted_share, on_step=on_step)
     train_s = time.time() - t0
     info: dict[str, Any] = {
         "base": "toolcall", "size": size, "seed": seed, "vocab_size": tiny["vocab_size"], "params": tiny["params"],
+        "tokenizer_from": str(tokenizer_from) if tokenizer_from else None,
         "steps": last.get("step"), "tokens": last.get("tokens"), "final_loss": last.get("loss"),
         "batch_size": batch_size, "num_threads": num_threads, "learning_rate": learning_rate, "copy_share": copy_share,
-        "copy_learning_rate": copy_learning_rate, "call_share": call_share, "budget": {"steps": steps} if steps else
-        {"minutes": minutes}, "build_s": round(train_s, 1)}
+        "copy_learning_rate": copy_learning_rate, "call_share": call_share, "unquoted_share": unquoted_share,
+        "budget": {"steps": steps} if steps else {"minutes": minutes}, "build_s": round(train_s, 1)}
     if eval_n:
         info["eval"] = eval_toolcall(out, n=eval_n)
     (out / "toolgym_tiny.json").write_text(json.dumps(info, indent=2))
