@@ -464,17 +464,14 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     last = _generate(model, tok, [prompt(r, len(r["messages"]) - 1) for r in rows], max_new_tokens)
     refs = [r for r in rows if r["kinds"][0] == "chain_ref"]
     second = _generate(model, tok, [prompt(r, 4) for r in refs], max_new_tokens)
-    drill_rng = random.Random(f"toolcall-eval-copy:{seed}")  # its own stream: the other rates keep their rows
-    drills = [copy_drill(drill_rng, vocab, 1) for _ in range(n)]
-    copied = _generate(model, tok, [prompt(d, 2) for d in drills], max_new_tokens)
-    bare_rng = random.Random(f"toolcall-eval-bare:{seed}")
-    bare = [copy_drill(bare_rng, vocab, 1, unquoted=1.0) for _ in range(n)]
-    copied_bare = _generate(model, tok, [prompt(d, 2) for d in bare], max_new_tokens)
     flags: dict[str, list[bool]] = {k: [] for k in ("call_match", "name_ok", "abstain_ok", "answer_ok", "chain_ref_ok",
                                                      "copy_ok", "copy_unquoted_ok")}
-    flags["copy_ok"] = [text.strip() == d["messages"][2]["content"] for d, text in zip(drills, copied, strict=True)]
-    flags["copy_unquoted_ok"] = [text.strip() == d["messages"][2]["content"]
-                                 for d, text in zip(bare, copied_bare, strict=True)]
+    # each kind of drill on its own stream, so the other rates keep their rows
+    for key, stream, unquoted in (("copy_ok", "copy", 0.0), ("copy_unquoted_ok", "bare", 1.0)):
+        drill_rng = random.Random(f"toolcall-eval-{stream}:{seed}")
+        drills = [copy_drill(drill_rng, vocab, 1, unquoted=unquoted) for _ in range(n)]
+        copied = _generate(model, tok, [prompt(d, 2) for d in drills], max_new_tokens)
+        flags[key] = [text.strip() == d["messages"][2]["content"] for d, text in zip(drills, copied, strict=True)]
     strings: list[str] = []
     for row, text, fin in zip(rows, first, last, strict=True):
         msgs = row["messages"]
