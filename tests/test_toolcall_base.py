@@ -182,6 +182,15 @@ def test_a_base_can_reuse_the_shipped_tokenizer(tmp_path: Path) -> None:
     assert json.loads((init / "config.json").read_text())["vocab_size"] == len(shipped)
 
 
+def test_a_folder_without_a_tokenizer_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from toolgym.models.tiny import init_tiny
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
+        init_tiny(tmp_path / "init", tokenizer_from=tmp_path / "empty")
+    assert not (tmp_path / "init").exists()
+
+
 @pytest.mark.skipif(not (default_base() / "config.json").exists(), reason="the tool-calling base is not built")
 def test_the_shipped_base_is_what_its_card_says() -> None:
     info = json.loads((default_base() / "toolgym_tiny.json").read_text())

@@ -270,6 +270,8 @@ def init_tiny(
 
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {sorted(SIZES)}")
+    if tokenizer_from is not None and not (Path(tokenizer_from) / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"tokenizer_from={str(tokenizer_from)!r}: no tokenizer.json in that folder")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if tokenizer_from is not None:
