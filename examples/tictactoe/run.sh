@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -38,6 +38,8 @@
 #   forced-late  after forced-retry: its start continued one SFT epoch on the same teacher naming the free cells before a
 #           random cell, with late boards weighted (late_data.py), then restarts, without and with games from quiet
 #           3-mark positions (ninth round of the docs)
+#   forced-replay  after forced-late: its late-restart arm with half of the restarted groups replayed from a buffer of
+#           contested boards (restart_replay: Prioritized Level Replay for boards; tenth round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -71,6 +73,18 @@ rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 g
     toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
       -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
   done
+}
+arm_evals() {  # arm_evals ARM RUN_DIR: rl_evals of the step-60 model on seed 2718 and where its games were lost,
+  # then the same for the best periodic-eval checkpoint (best_step.py: fewest losses on the periodic eval's own seeds)
+  rl_evals forced-$1 $2/final 2718
+  python $X/losses.py $R/eval/forced-$1-games200-optimal
+  local n M
+  n=$(python $X/best_step.py $2/metrics.jsonl)
+  M=$2/checkpoints/step_$(printf %06d $n)/model
+  if [ "$n" != 60 ] && [ -d $M ]; then
+    rl_evals forced-$1-best $M 2718
+    python $X/losses.py $R/eval/forced-$1-best-games200-optimal
+  fi
 }
 quiet() {  # quiet NAME MODEL_DIR: every quiet position (467: no win, no threat, some move loses the value), greedy
   toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
@@ -381,14 +395,7 @@ case "${1:-}" in
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
         -s task_schedule=[] "${S[@]}" --resume
-      rl_evals forced-$a $N/$a/final 2718
-      python $X/losses.py $R/eval/forced-$a-games200-optimal
-      n=$(python $X/best_step.py $N/$a/metrics.jsonl)
-      M=$N/$a/checkpoints/step_$(printf %06d $n)/model
-      if [ "$n" != 60 ] && [ -d $M ]; then
-        rl_evals forced-$a-best $M 2718
-        python $X/losses.py $R/eval/forced-$a-best-games200-optimal
-      fi
+      arm_evals $a $N/$a
       if [ $a = late-traps ]; then   # its periodic eval was at its lowest at 60: 30 more steps (a resume), evaluated
         timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
           -s task_schedule=[] "${S[@]}" -s max_steps=90 --resume
@@ -405,6 +412,23 @@ case "${1:-}" in
       late-traps=$R/eval/forced-late-traps-positions-quiet
     python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps late-opening=$N/late-opening \
       --start forced-late-sft-games200-optimal -o $X/forced_late.png ;;
+  forced-replay)  # tenth round (docs: "Tenth round"): late-restart (restart_share 0.5 from the late start) with half of
+    # the restarted groups replayed from a buffer of contested boards (restart_replay = 0.5, PLR's replay rate; the
+    # buffer's defaults: 64 boards, rank temperature 0.3, staleness 0.3, scored by the spread of a group's losses);
+    # evaluated at step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from
+    N=$R/forced-late
+    a=late-replay
+    [ -d $N/sft2/final ] || { echo "forced-replay continues run.sh forced-late's start: run that first"; exit 2; }
+    timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+      -s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 --resume
+    arm_evals $a $N/$a
+    for b in late-restart $a; do   # restarted groups at the three trap classes; sampled moves there, per 20 steps
+      [ -d $N/$b ] || continue
+      python $X/restarts.py $N/$b --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      python $X/decisions.py $N/$b --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+    done
+    python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps late-replay=$N/$a \
+      --start forced-late-sft-games200-optimal -o $X/forced_replay.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -423,5 +447,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-default|table"; exit 2 ;;
 esac

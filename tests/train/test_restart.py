@@ -112,3 +112,127 @@ def test_read_rollouts_counts_a_replayed_step_once_and_skips_a_torn_line(tmp_pat
     assert sorted((r["step"], r["example_id"], r["rollout_index"], r["reward"]) for r in rows) == \
         [(1, 0, 0, 0.3), (1, 0, 1, 0.4), (2, 5, 0, 1.0)]
     assert read_rollouts(path) == rows
+
+
+# ------------------------------------------------------------------ restart_replay (PLR for boards)
+def _old_restart_tasks(trajectories: list, n: int, rng: random.Random, max_pieces: int = 7) -> list[dict]:
+    """The restarts as they were before `restart_replay` (the seventh round's rule), kept here as the reference."""
+    lost, other = [], []
+    for t in trajectories:
+        if t.error is not None:
+            continue
+        boards = [b for b in positions_shown(t.messages) if 1 <= 9 - b.count(".") <= max_pieces]
+        if boards:
+            (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for pool in (lost, other):
+        rng.shuffle(pool)
+        for task, boards in pool:
+            if len(rows) >= n:
+                return rows
+            fresh = [b for b in boards if b not in seen]
+            if not fresh:
+                continue
+            board = rng.choice(fresh)
+            seen.add(board)
+            row = {k: task[k] for k in ("seed", "random_move_prob", "group", "opponent_style", "invalid_move")
+                   if k in task}
+            pos = P.analyze(board)
+            rows.append({**row, "board": board, "start": "restart", "x_starts": board.count("X") == board.count("O"),
+                         "kind": pos.kind, "pieces": pos.pieces, "split": pos.split})
+    return rows
+
+
+def test_restart_replay_off_restarts_exactly_as_before() -> None:
+    """restart_replay = 0 (the default): the same rows as the old rule for the same rng, no extra random draw, and
+    no buffer -- also on a second call whose trajectories include restarted groups."""
+    async def go() -> tuple[list, list]:
+        env = load_env("tictactoe", transport="inprocess")
+        player = load_policy("scripted:random", env)
+        rows = env.build_dataset(24)
+        async with env:
+            games = await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], 24)
+            restarts = env.restart_tasks(games, 6, random.Random(0))
+            again = await run_rollouts(env, player, [(100 + i, r, t) for i, t in enumerate(restarts)
+                                                     for r in range(2)], 12)
+        return games, again
+
+    games, again = asyncio.run(go())
+    for trajs, n, seed in ((games, 6, 0), (games + again, 10, 3), (again, 4, 7)):
+        for env in (load_env("tictactoe", transport="inprocess"),
+                    load_env("tictactoe", transport="inprocess", restart_replay=0.0, restart_buffer=2)):
+            mine, ref = random.Random(seed), random.Random(seed)
+            assert env.restart_tasks(trajs, n, mine) == _old_restart_tasks(trajs, n, ref)
+            assert mine.getstate() == ref.getstate()  # no extra draws
+            assert env.replay == {} and env.replay_clock == 0
+
+
+def _restarted(board: str, seed: int, outcomes: str) -> list:
+    """A restarted group's trajectories from `board` (opponent seed `seed`): one per character of `outcomes`
+    (w / d / l), each showing only its start board."""
+    from toolgym.types import Trajectory
+
+    task = {"seed": seed, "random_move_prob": 0.0, "group": 0, "board": board, "start": "restart"}
+    text = "A game in progress.\n" + "\n---------\n".join(
+        " | ".join(c if c != "." else str(3 * r + i) for i, c in enumerate(board[3 * r:3 * r + 3])) for r in range(3))
+    return [Trajectory(example_id=seed, rollout_index=i, task=task, messages=[{"role": "user", "content": text}],
+                       metrics={"win": float(o == "w"), "draw": float(o == "d"), "loss": float(o == "l")})
+            for i, o in enumerate(outcomes)]
+
+
+TRAP = "....XO.O."      # X in the centre, O on 5 and 7: some samples draw, some lose (contested)
+LOST = "O...X.O.."      # a board whose group all lost
+NEW = "..O.X.O.."       # a board of a lost game, not restarted yet
+
+
+def test_restart_replay_prefers_a_contested_board_to_one_whose_group_all_lost() -> None:
+    """Boards enter the buffer when their restarted group comes back, scored by the spread of its losses; the
+    contested board is replayed far more often than the all-lost one, and the rest still come from lost games."""
+    from toolgym.types import Trajectory
+
+    def lost_game() -> Trajectory:
+        t = _restarted(NEW, 9, "l")[0]
+        return Trajectory(example_id=50, task={"seed": 9, "random_move_prob": 0.0, "group": 0}, messages=t.messages,
+                          metrics={"loss": 1.0})
+
+    picks = {TRAP: 0, LOST: 0}
+    for seed in range(100):
+        env = load_env("tictactoe", transport="inprocess", restart_replay=0.5)
+        trajs = _restarted(LOST, 1, "llllllll") + _restarted(TRAP, 2, "ddddllll") + [lost_game()]
+        rows = env.restart_tasks(trajs, 2, random.Random(seed))
+        assert env.replay[(TRAP, 2, 0.0, 0, None, None)]["score"] == pytest.approx(0.5)
+        assert env.replay[(LOST, 1, 0.0, 0, None, None)]["score"] == 0.0
+        replayed = [r for r in rows if r.get("replay")]
+        assert len(rows) == 2 and len(replayed) == 1  # round(0.5 * 2) replayed, one new
+        assert replayed[0]["seed"] == {TRAP: 2, LOST: 1}[replayed[0]["board"]]  # with its own opponent
+        picks[replayed[0]["board"]] += 1
+        new = [r for r in rows if not r.get("replay")]
+        assert new[0]["board"] != replayed[0]["board"] and new[0]["start"] == "restart"
+    assert picks[TRAP] >= 80 and picks[TRAP] + picks[LOST] == 100
+
+
+def test_restart_replay_buffer_keeps_the_most_contested_boards_and_refreshes_scores() -> None:
+    env = load_env("tictactoe", transport="inprocess", restart_replay=1.0, restart_buffer=1, restart_staleness=0.0)
+    env.restart_tasks(_restarted(LOST, 1, "llllllll"), 1, random.Random(0))
+    assert [k[0] for k in env.replay] == [LOST]
+    rows = env.restart_tasks(_restarted(TRAP, 2, "ddddllll"), 1, random.Random(0))  # a full buffer: it replaces
+    assert [k[0] for k in env.replay] == [TRAP] and rows[0]["board"] == TRAP and rows[0]["replay"] is True
+    env.restart_tasks(_restarted(LOST, 1, "llllllll"), 1, random.Random(0))  # not better: stays out
+    assert [k[0] for k in env.replay] == [TRAP]
+    env.restart_tasks(_restarted(TRAP, 2, "dddddddd"), 1, random.Random(0))  # the last group's spread counts
+    assert env.replay[(TRAP, 2, 0.0, 0, None, None)]["score"] == 0.0
+    outcome = load_env("tictactoe", transport="inprocess", restart_replay=1.0, restart_score="outcome")
+    outcome.restart_tasks(_restarted(TRAP, 2, "wwwwdddd"), 1, random.Random(0))  # win / draw spreads outcomes only
+    assert outcome.replay[(TRAP, 2, 0.0, 0, None, None)]["score"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("bad", [{"restart_replay": 1.5}, {"restart_replay": -0.1}, {"restart_staleness": 1.0},
+                                 {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"}])
+def test_restart_replay_bad_option_is_a_clear_error(bad: dict) -> None:
+    from toolgym.options import EnvOptionError
+
+    with pytest.raises(EnvOptionError, match=f"option {next(iter(bad))}="):
+        load_env("tictactoe", transport="inprocess", **bad)
+    with pytest.raises(ValueError, match="restart_replay replays restarted games"):
+        load_env("tictactoe", transport="inprocess", task="move", restart_replay=0.5)

@@ -118,6 +118,14 @@ def positions_shown(messages: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+_OPPONENT_KEYS = ("seed", "random_move_prob", "group", "opponent_style", "invalid_move")
+
+
+def _replay_key(task: dict[str, Any]) -> tuple[Any, ...]:
+    """A replayed board's identity: the board and the opponent its game was played with."""
+    return (task["board"], *(task.get(k) for k in _OPPONENT_KEYS))
+
+
 class TicTacToeEnv(StatefulToolEnv):
     name = "tictactoe"
     server = ServerSpec.stdio(["mcp-server-tictactoe"])
@@ -153,6 +161,11 @@ class TicTacToeEnv(StatefulToolEnv):
         opponent_style: Literal["uniform", "trappy"] = "uniform",
         invalid_move: Literal["retry", "forfeit"] = "retry",
         restart_max_pieces: Annotated[int, Field(ge=1, le=7)] = 7,
+        restart_replay: Prob = 0.0,
+        restart_buffer: Annotated[int, Field(ge=1)] = 64,
+        restart_temperature: Annotated[float, Field(gt=0.0)] = 0.3,
+        restart_staleness: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.3,
+        restart_score: Literal["loss", "outcome"] = "loss",
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -186,6 +199,20 @@ class TicTacToeEnv(StatefulToolEnv):
                 player that repeats the move would lose it at the turn cap). Task rows carry it, like the style.
             restart_max_pieces: Games that restart (GRPO's `restart_share`) start only from boards with at most
                 this many marks: 3 keeps them to the opening, where the opponent's first replies set its traps.
+            restart_replay: The share of restarted groups replayed from a buffer of contested boards (Prioritized
+                Level Replay for boards): a board enters the buffer when the group restarted from it comes back,
+                scored by the spread of that group's outcomes; contested boards (some samples lose, some do not)
+                are replayed, boards whose group all lost or all drew fall out of favour. 0: no buffer, no extra
+                random draws -- the restarts of `restart_max_pieces` alone. The rest still come from lost games.
+            restart_buffer: Most boards (each with its game's opponent) the replay buffer keeps; when full, a newly
+                scored board replaces the lowest-scored one if it scores higher.
+            restart_temperature: Rank-based prioritisation's temperature: a board's weight is (1 / rank) ** (1 /
+                temperature), rank 1 the highest score (ties share a rank); lower is greedier.
+            restart_staleness: Share of the replay distribution given by staleness instead (proportional to the
+                restart calls since the board was last scored), so stale scores get refreshed; below 1.
+            restart_score: What a replayed board's score spreads: `loss` (the std of the group's lost indicator,
+                sqrt(q (1 - q)) with q its share of losses: a trap where some samples lose and some draw or win)
+                or `outcome` (the std of win 1 / draw 0.5 / loss 0, in `win_reward` / `draw_reward` units).
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -198,6 +225,19 @@ class TicTacToeEnv(StatefulToolEnv):
             raise ValueError(f"invalid_move must be 'retry' or 'forfeit', not {invalid_move!r}")
         self.opponent_style, self.invalid_move = opponent_style, invalid_move
         self.restart_max_pieces = restart_max_pieces
+        if not 0.0 <= restart_replay <= 1.0 or restart_buffer < 1 or restart_temperature <= 0 \
+                or not 0.0 <= restart_staleness < 1.0 or restart_score not in ("loss", "outcome"):
+            raise ValueError("restart replay: need 0 <= restart_replay <= 1, restart_buffer >= 1, restart_temperature "
+                             "> 0, 0 <= restart_staleness < 1 and restart_score 'loss' or 'outcome'")
+        if restart_replay and task != "game":
+            raise ValueError("restart_replay replays restarted games (task=game)")
+        self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
+        self.restart_temperature, self.restart_staleness, self.restart_score = \
+            restart_temperature, restart_staleness, restart_score
+        # the replay buffer (restart_replay): key (board + opponent) -> {"row", "score", "scored"}; in memory only,
+        # so a resumed run starts it empty (its first step has no restarts at all: no previous rollouts)
+        self.replay: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.replay_clock = 0  # restart_tasks calls with restart_replay on (the staleness unit)
         if task not in ("game", "move"):
             raise ValueError(f"task must be 'game' or 'move', not {task!r}")
         starts = starts or ("empty" if task == "game" else "positions")
@@ -360,9 +400,17 @@ class TicTacToeEnv(StatefulToolEnv):
         it lost (one board per lost game, drawn uniformly among those it faced there), then from the others; each
         board once. A restart keeps its game's opponent
         (seed, random-move probability, style, invalid-move rule) and is marked `start = "restart"`. Only the
-        outcome chooses: no position analysis tells which board mattered."""
+        outcome chooses: no position analysis tells which board mattered.
+
+        With `restart_replay`, first the groups restarted in `trajectories` score their boards into the replay
+        buffer (`_score_restarts`), then `round(restart_replay * n)` of the rows (at most the buffer's size) are
+        boards replayed from it (`_replay`, marked `replay = True`), and the rest come from lost games as above."""
         if self.task != "game":
             raise ValueError("restart_tasks restarts games (task=game)")
+        rows: list[dict[str, Any]] = []
+        if self.restart_replay:
+            self._score_restarts(trajectories)
+            rows = self._replay(min(round(self.restart_replay * n), n, len(self.replay)), rng)
         lost, other = [], []
         for t in trajectories:
             if t.error is not None:
@@ -370,8 +418,7 @@ class TicTacToeEnv(StatefulToolEnv):
             boards = [b for b in positions_shown(t.messages) if 1 <= 9 - b.count(".") <= self.restart_max_pieces]
             if boards:
                 (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
-        rows: list[dict[str, Any]] = []
-        seen: set[str] = set()
+        seen: set[str] = {r["board"] for r in rows}
         for pool in (lost, other):
             rng.shuffle(pool)
             for task, boards in pool:
@@ -382,9 +429,61 @@ class TicTacToeEnv(StatefulToolEnv):
                     continue
                 board = rng.choice(fresh)
                 seen.add(board)
-                row = {k: task[k] for k in ("seed", "random_move_prob", "group", "opponent_style", "invalid_move")
-                       if k in task}
+                row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
                 rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
+        return rows
+
+    def _score_restarts(self, trajectories: list[Any]) -> None:
+        """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
+        and opponent are the key) gets the spread of its samples' outcomes (`restart_score`) as its board's score;
+        a board not in the buffer enters it (when full, in place of the lowest-scored board, if it scores higher)."""
+        self.replay_clock += 1
+        groups: dict[tuple[Any, ...], list[float]] = {}
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for t in trajectories:
+            if t.error is not None or t.task.get("start") != "restart" or not t.task.get("board"):
+                continue
+            key = _replay_key(t.task)
+            m = t.metrics
+            value = float(m.get("loss", 0.0) > 0) if self.restart_score == "loss" else \
+                self.win_reward * m.get("win", 0.0) + self.draw_reward * m.get("draw", 0.0)
+            groups.setdefault(key, []).append(value)
+            rows[key] = t.task
+        for key, values in groups.items():
+            if len(values) < 2:  # one sample has no spread to measure
+                continue
+            mean = sum(values) / len(values)
+            score = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            if key not in self.replay and len(self.replay) >= self.restart_buffer:
+                low = min(self.replay, key=lambda k: (self.replay[k]["score"], self.replay[k]["scored"]))
+                if self.replay[low]["score"] >= score:
+                    continue
+                del self.replay[low]
+            row = {k: v for k, v in rows[key].items() if k != "replay"}
+            self.replay[key] = {"row": row, "score": score, "scored": self.replay_clock}
+
+    def _replay(self, k: int, rng: random.Random) -> list[dict[str, Any]]:
+        """`k` distinct boards from the replay buffer, drawn without replacement from PLR's replay distribution
+        (1 - restart_staleness) * P_score + restart_staleness * P_stale: P_score rank-based, (1 / rank) ** (1 /
+        restart_temperature) normalised (rank 1 the highest score, ties sharing a rank); P_stale proportional to
+        the restart calls since a board was last scored (P_score alone while every board is fresh)."""
+        if k <= 0:
+            return []
+        entries = list(self.replay.values())
+        scores = [e["score"] for e in entries]
+        h = [(1.0 / (1 + sum(s > x for s in scores))) ** (1.0 / self.restart_temperature) for x in scores]
+        stale = [self.replay_clock - e["scored"] for e in entries]
+        rho = self.restart_staleness if sum(stale) > 0 else 0.0
+        weights = [(1 - rho) * a / sum(h) + (rho * b / sum(stale) if rho else 0.0) for a, b in zip(h, stale)]
+        rows: list[dict[str, Any]] = []
+        boards: set[str] = set()
+        for _ in range(k):
+            live = [w if e["row"]["board"] not in boards else 0.0 for e, w in zip(entries, weights)]
+            if not any(live):
+                break
+            e = entries[rng.choices(range(len(entries)), weights=live)[0]]
+            boards.add(e["row"]["board"])
+            rows.append({**e["row"], "replay": True})
         return rows
 
     def scripted_players(self) -> dict[str, Any]:
