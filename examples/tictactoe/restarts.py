@@ -4,7 +4,7 @@ from each given symmetry class (X to move), new and replayed, with the share of 
 restarts ever reach the traps?" has a number; then, new and replayed groups apart, the share that was contested
 (some samples lost, some did not: the groups whose advantage is not zero on the loss) and the distinct boards.
 
-    python examples/tictactoe/restarts.py RUN_DIR [--classes B ...] [--window W]
+    python examples/tictactoe/restarts.py RUN_DIR [--classes B ...] [--window W] [--max-step S]
 
 RUN_DIR: a GRPO run with `save_rollouts = true`. A board is 9 characters (`X`, `O`, `.`), any symmetry of the class.
 """
@@ -24,12 +24,13 @@ def main() -> None:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--classes", nargs="*", default=[], help="boards (any symmetry of each class)")
     ap.add_argument("--window", type=int, default=20)
+    ap.add_argument("--max-step", type=int, default=None, help="only the steps up to this one (a run resumed past it)")
     args = ap.parse_args()
     classes = [P.canonical(b) for b in args.classes]
     groups: dict[tuple[int, int], list] = {}  # (step, example_id) -> [class or None, replayed, samples, lost]
     for r in read_rollouts(args.run_dir):  # a step replayed after a resume counts once
         task = r.get("task") or {}
-        if task.get("start") != "restart":
+        if task.get("start") != "restart" or (args.max_step is not None and int(r["step"]) > args.max_step):
             continue
         g = groups.setdefault((int(r["step"]), int(r["example_id"])),
                               [P.canonical(task["board"]), bool(task.get("replay")), 0, 0])

@@ -415,16 +415,23 @@ case "${1:-}" in
   forced-replay)  # tenth round (docs: "Tenth round"): late-restart (restart_share 0.5 from the late start) with half of
     # the restarted groups replayed from a buffer of contested boards (restart_replay = 0.5, PLR's replay rate; the
     # buffer's defaults: 64 boards, rank temperature 0.3, staleness 0.3, scored by the spread of a group's losses);
-    # evaluated at step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from
+    # evaluated at step 60 and at its best periodic-eval checkpoint, resumed to 90 and evaluated again; then which
+    # boards the restarts started from (steps 1-60)
     N=$R/forced-late
     a=late-replay
     [ -d $N/sft2/final ] || { echo "forced-replay continues run.sh forced-late's start: run that first"; exit 2; }
     timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
       -s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 --resume
     arm_evals $a $N/$a
+    # its periodic eval was still falling at 60 (19 -> 10 %): 30 more steps (a resume: the buffer starts empty),
+    # evaluated at 90
+    timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+      -s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 -s max_steps=90 --resume
+    rl_evals forced-${a}90 $N/$a/final 2718
+    python $X/losses.py $R/eval/forced-${a}90-games200-optimal
     for b in late-restart $a; do   # restarted groups at the three trap classes; sampled moves there, per 20 steps
       [ -d $N/$b ] || continue
-      python $X/restarts.py $N/$b --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      python $X/restarts.py $N/$b --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20 --max-step 60
       python $X/decisions.py $N/$b --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
     done
     python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps late-replay=$N/$a \
