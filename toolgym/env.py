@@ -223,6 +223,11 @@ class StatefulToolEnv:
         raise NotImplementedError(f"{type(self).__name__} cannot restart episodes from a reached state; override "
                                   "restart_tasks to use GRPO's restart_share")
 
+    def restart_options(self) -> list[str]:
+        """The options set on this env that act only through `restart_tasks` (default: none). GRPO refuses them
+        without `restart_share`, where they would change nothing."""
+        return []
+
     def scripted_players(self) -> dict[str, Callable[..., Any]]:
         """Scripted policies this env ships, by name (`scripted:NAME`): factories `f(env, **options) -> Policy`."""
         return {}

@@ -92,6 +92,20 @@ def test_restart_share_needs_an_env_that_can_restart(tiny_model: Path, tmp_path:
         GRPOTrainer(_cfg(tiny_model, tmp_path / "run", env="digits", env_args={}), env=DigitsEnv())
 
 
+def test_restart_options_without_restart_share_are_refused(tiny_model: Path, tmp_path: Path) -> None:
+    """`restart_replay` / `restart_max_pieces` act only on restarted groups: without `restart_share` GRPO names them
+    before anything runs; with it, or left out, the trainer starts."""
+    from toolgym.train.grpo import GRPOTrainer
+
+    game = {"transport": "inprocess"}
+    for bad in ({"restart_replay": 0.5}, {"restart_max_pieces": 3}, {"restart_replay": 0.5, "restart_max_pieces": 3}):
+        with pytest.raises(ValueError, match=f"env_args {', '.join(bad)}: acts only on restarted groups"):
+            GRPOTrainer(_cfg(tiny_model, tmp_path / "bad", env_args={**game, **bad}, restart_share=0.0))
+    assert not (tmp_path / "bad").exists()
+    assert GRPOTrainer(_cfg(tiny_model, tmp_path / "ok", env_args={**game, "restart_replay": 0.5})).env.restart_replay
+    assert GRPOTrainer(_cfg(tiny_model, tmp_path / "off", env_args=game, restart_share=0.0)).env.restart_options() == []
+
+
 def test_read_rollouts_counts_a_replayed_step_once_and_skips_a_torn_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`read_rollouts`: the saved rollouts of a run, one per (step, example, rollout) -- the last copy of a step that
     a resume replayed -- and a line torn by a kill skipped, from the run folder or the file."""

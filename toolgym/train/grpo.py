@@ -209,6 +209,10 @@ class GRPOTrainer:
         if cfg.restart_share and type(self.env).restart_tasks is StatefulToolEnv.restart_tasks:
             raise ValueError(f"config restart_share: the env {cfg.env!r} cannot restart episodes from a reached state "
                              "(it does not implement restart_tasks)")
+        idle_restart = [] if cfg.restart_share else self.env.restart_options()
+        if idle_restart:
+            raise ValueError(f"config env_args {', '.join(idle_restart)}: acts only on restarted groups, and "
+                             "restart_share is 0 -- set restart_share, or leave the option out")
         self.restart_from: list[Trajectory] = []  # the previous step's rollouts (restart_share)
         self.restarts = 0  # restarted groups in the current step
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)

@@ -433,6 +433,11 @@ class TicTacToeEnv(StatefulToolEnv):
                 rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
         return rows
 
+    def restart_options(self) -> list[str]:
+        """`restart_replay` and a `restart_max_pieces` below 7 act only on restarted groups (GRPO's `restart_share`)."""
+        return [name for name, on in (("restart_replay", bool(self.restart_replay)),
+                                      ("restart_max_pieces", self.restart_max_pieces != 7)) if on]
+
     def _score_restarts(self, trajectories: list[Any]) -> None:
         """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
         and opponent are the key) gets the spread of its samples' outcomes (`restart_score`) as its board's score;
