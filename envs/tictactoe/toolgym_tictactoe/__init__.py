@@ -32,6 +32,7 @@ import functools
 import importlib.util
 import random
 import re
+import statistics
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -457,8 +458,7 @@ class TicTacToeEnv(StatefulToolEnv):
         for key, values in groups.items():
             if len(values) < 2:  # one sample has no spread to measure
                 continue
-            mean = sum(values) / len(values)
-            score = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            score = statistics.pstdev(values)
             if key not in self.replay and len(self.replay) >= self.restart_buffer:
                 low = min(self.replay, key=lambda k: (self.replay[k]["score"], self.replay[k]["scored"]))
                 if self.replay[low]["score"] >= score:
@@ -478,8 +478,9 @@ class TicTacToeEnv(StatefulToolEnv):
         scores = [e["score"] for e in entries]
         h = [(1.0 / (1 + sum(s > x for s in scores))) ** (1.0 / self.restart_temperature) for x in scores]
         stale = [self.replay_clock - e["scored"] for e in entries]
-        rho = self.restart_staleness if sum(stale) > 0 else 0.0
-        weights = [(1 - rho) * a / sum(h) + (rho * b / sum(stale) if rho else 0.0) for a, b in zip(h, stale)]
+        total_h, total_stale = sum(h), sum(stale)
+        rho = self.restart_staleness if total_stale > 0 else 0.0
+        weights = [(1 - rho) * a / total_h + (rho * b / total_stale if rho else 0.0) for a, b in zip(h, stale)]
         rows: list[dict[str, Any]] = []
         boards: set[str] = set()
         for _ in range(k):
