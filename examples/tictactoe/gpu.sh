@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The tic-tac-toe RL recipe at the seed's scale, for one GPU (CUDA). UNTESTED ON A GPU: no GPU was lent to the session
-# that wrote it (2026-11-26); see docs/training/tictactoe-recipe.md#gpu-readiness-untested. Run from the
-# repository root, with the train extra installed (and vllm for `hub`):
+# The tic-tac-toe RL recipe at the seed's scale, for one GPU (CUDA); see docs/training/tictactoe-recipe.md#gpu-readiness.
+# `nohub` ran once on an H200 (2026-11-28, the numbers there); `hub` has not run on a GPU. Run from the repository
+# root, with the train extra installed (and vllm for `hub`):
 #   bash examples/tictactoe/gpu.sh nohub   no model hub: `run.sh forced` with a ~30M model built offline (--size
 #                                          large): the same teacher rows, SFT, then GRPO on full games with 256
-#                                          games per step (nohub_grpo.toml), evals. Sized for one <= 10-minute call.
+#                                          games per step (nohub_grpo.toml: stops after 4 min of steps), evals.
 #   bash examples/tictactoe/gpu.sh hub     a 0.6-2.6B chat model with tool calling from the hub (MODEL, default
 #                                          LiquidAI/LFM2-1.2B): SFT with LoRA on ~200 minimax-teacher games (losses
 #                                          dropped), GRPO phase 1 (opponent 0.2-0.7) and phase 2 (0-0.25, T 1.25),
@@ -40,8 +40,8 @@ case "${1:-}" in
     toolgym train $G/nohub_grpo.toml
     echo "nohub grpo $(( SECONDS - t0 )) s" >> $R/times.txt
     evals gpu-nohub-sft $N/sft/final 200
-    evals gpu-nohub-cispo $N/cispo/final 200
-    python $X/results_table.py $R gpu-nohub-sft gpu-nohub-cispo ;;
+    evals gpu-nohub-grpo $N/grpo/final 200
+    python $X/results_table.py $R gpu-nohub-sft gpu-nohub-grpo ;;
   hub)
     MODEL=${MODEL:-LiquidAI/LFM2-1.2B}
     N=$R/gpu-hub

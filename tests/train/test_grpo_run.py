@@ -39,6 +39,26 @@ def test_reward_rises_on_toy_task(tiny_model: Path, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
 
 
+def test_max_minutes_stops_after_the_step_that_spends_it(tiny_model: Path, tmp_path: Path) -> None:
+    """A wall-clock budget smaller than one step: the run stops after its first step, with that step's checkpoint
+    and `final` written, the stop recorded in its metrics; a resume with a budget goes on from there."""
+    from toy_env import DigitsEnv
+
+    from toolgym.train.grpo import run_grpo
+
+    out = tmp_path / "run"
+    run_grpo(_cfg(tiny_model, out, max_steps=4, save_every=10, max_minutes=1e-6), env=DigitsEnv())
+    m = read_metrics(out)
+    assert [r["step"] for r in m] == [1] and m[0]["stopped"] == "max_minutes"
+    assert [c.name for c in checkpoints(out)] == ["step_000001"]
+    assert (out / "final" / "model.safetensors").is_file()
+    run_grpo(_cfg(tiny_model, out, max_steps=4, save_every=10, max_minutes=1e-6), env=DigitsEnv(), resume=True)
+    assert [r["step"] for r in read_metrics(out)] == [1, 2]
+    run_grpo(_cfg(tiny_model, out, max_steps=4, save_every=10), env=DigitsEnv(), resume=True)  # no budget: to the end
+    m = read_metrics(out)
+    assert [r["step"] for r in m] == [1, 2, 3, 4] and "stopped" not in m[-1]
+
+
 @pytest.mark.slow  # a benchmark, docs build or resume run: CI runs it (-m slow), the default suite not
 def test_resume_after_sigkill(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"

@@ -72,6 +72,10 @@ class GRPOConfig(ModelTrainConfig):
     skip_invalid_tasks: bool = Field(False, description="Leave out tasks that fail `toolgym check` (their expected "
                                      "calls do not fit the servers' tool schemas) instead of refusing to start.")
     max_steps: int = Field(100, ge=1, description="Optimizer steps.")
+    max_minutes: float | None = Field(None, gt=0, description="A wall-clock budget: stop after the first step that "
+        "ends past this many minutes of the run (this process's; a periodic eval counts), with a checkpoint of that "
+        "step and `final`, so that a run on a leased machine ends inside its lease; the learning-rate schedule still "
+        "spans max_steps, and a resume (--resume) continues toward max_steps with a fresh budget. None = no budget.")
     batch_size: int = Field(8, ge=1, description="Examples (groups) per step; each gets rollouts_per_example rollouts.")
     rollouts_per_example: int = Field(8, ge=2, description="Group size G (>= 2: advantages are relative to the group).")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "cispo", "gspo"] = Field(

@@ -476,6 +476,7 @@ class GRPOTrainer:
 
         cfg = self.cfg
         last: dict[str, Any] = {}
+        started = time.perf_counter()
         try:
             # the tasks against the servers' tool schemas (`toolgym check`): refused, or skipped and counted
             self.tasks, report = await checked_tasks(self.env, self.tasks, cfg.skip_invalid_tasks)
@@ -506,8 +507,12 @@ class GRPOTrainer:
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0
+                out_of_time = (cfg.max_minutes is not None and self.step < cfg.max_steps
+                               and time.perf_counter() - started >= 60 * cfg.max_minutes)
+                if out_of_time:
+                    rec["stopped"] = "max_minutes"
                 self.log.log(rec)  # metrics before the checkpoint: a kill in between replays the step
-                if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+                if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or out_of_time:
                     t3 = time.perf_counter()
                     save_checkpoint(cfg.output_dir, self.step, self.model, self.tok, self.opt, self.sched, {},
                                     cfg.keep_checkpoints)
@@ -515,6 +520,11 @@ class GRPOTrainer:
                 last = rec
                 if self.on_step:
                     self.on_step(rec)
+                if out_of_time:
+                    logging.getLogger("toolgym.train").warning(
+                        "stopped at step %d of %d: max_minutes (%g) spent; resume with --resume to go on",
+                        self.step, cfg.max_steps, cfg.max_minutes)
+                    break
         finally:
             self.log.close()
             await self.policy.aclose()
