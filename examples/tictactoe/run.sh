@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -40,6 +40,8 @@
 #           3-mark positions (ninth round of the docs)
 #   forced-replay  after forced-late: its late-restart arm with half of the restarted groups replayed from a buffer of
 #           contested boards (restart_replay: Prioritized Level Replay for boards; tenth round of the docs)
+#   forced-optimal  after forced-late: forced-replay's arm with the restarted games played against the optimal opponent
+#           (restart_opponent = optimal; eleventh round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -436,6 +438,21 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R late-restart=$N/late-restart late-traps=$N/late-traps late-replay=$N/$a \
       --start forced-late-sft-games200-optimal -o $X/forced_replay.png ;;
+  forced-optimal)  # eleventh round (docs: "Eleventh round"): forced-replay's late-replay arm with the restarted games
+    # played against the optimal opponent (restart_opponent = optimal: the lost game's board, its opponent at
+    # random-move probability 0), so a restarted group is contested exactly where one reply keeps the draw; evaluated at
+    # step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from (steps 1-60)
+    N=$R/forced-late
+    a=late-optimal
+    [ -d $N/sft2/final ] || { echo "forced-optimal continues run.sh forced-late's start: run that first"; exit 2; }
+    timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+      -s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 -s env_args.restart_opponent=optimal \
+      --resume
+    arm_evals $a $N/$a
+    python $X/restarts.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20 --max-step 60
+    python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+    C=(late-optimal=$N/$a); [ -d $N/late-replay ] && C=(late-replay=$N/late-replay "${C[@]}")
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_optimal.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -454,5 +471,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-default|table"; exit 2 ;;
 esac

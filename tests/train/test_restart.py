@@ -55,6 +55,38 @@ def test_restarts_come_from_boards_lost_games_showed_and_start_there() -> None:
         assert t.messages[1]["content"].startswith("A game in progress.")
 
 
+def test_restart_opponent_optimal_plays_a_lost_games_board_against_the_optimal_opponent() -> None:
+    """`restart_opponent = "optimal"`: the boards still come from lost games (here against an opponent that always
+    plays at random), but the restarted games are played at random-move probability 0, the rest of the opponent
+    (seed, style, invalid-move rule) the game's; the default keeps the game's probability."""
+    async def go() -> tuple[list, list, list, list]:
+        kw = {"transport": "inprocess", "min_random_move_prob": 1.0, "max_random_move_prob": 1.0,
+              "opponent_style": "trappy"}
+        env = load_env("tictactoe", **kw)
+        optimal = load_env("tictactoe", **kw, restart_opponent="optimal")
+        player = load_policy("scripted:random", env)
+        rows = env.build_dataset(32)
+        async with env:
+            games = await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], 32)
+            same = env.restart_tasks(games, 4, random.Random(0))
+            hard = optimal.restart_tasks(games, 4, random.Random(0))
+            again = await run_rollouts(env, player, [(100 + i, 0, r) for i, r in enumerate(hard)], 4)
+        return games, same, hard, again
+
+    games, same, hard, again = asyncio.run(go())
+    assert any(g.metrics["loss"] == 1.0 for g in games)
+    assert same and all(r["random_move_prob"] == 1.0 for r in same)
+    assert [r["board"] for r in hard] == [r["board"] for r in same]  # the same boards, drawn the same way
+    for r, s in zip(hard, same, strict=True):
+        assert r["random_move_prob"] == 0.0
+        assert r["opponent_style"] == "trappy"
+        assert {k: r.get(k) for k in ("seed", "group", "invalid_move")} == \
+            {k: s.get(k) for k in ("seed", "group", "invalid_move")}
+    assert all(t.error is None for t in again)
+    assert load_env("tictactoe", transport="inprocess", restart_opponent="optimal").restart_options() == \
+        ["restart_opponent"]
+
+
 def _cfg(model: Path, out: Path, **kw: object) -> GRPOConfig:
     base = dict(model=str(model), output_dir=str(out), env="tictactoe",
                 env_args={"transport": "inprocess", "starts": "positions", "kinds": "quiet"}, num_examples=8,
@@ -242,7 +274,8 @@ def test_restart_replay_buffer_keeps_the_most_contested_boards_and_refreshes_sco
 
 
 @pytest.mark.parametrize("bad", [{"restart_replay": 1.5}, {"restart_replay": -0.1}, {"restart_staleness": 1.0},
-                                 {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"}])
+                                 {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"},
+                                 {"restart_opponent": "strong"}])
 def test_restart_replay_bad_option_is_a_clear_error(bad: dict) -> None:
     from toolgym.options import EnvOptionError
 

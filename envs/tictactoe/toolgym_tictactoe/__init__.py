@@ -167,6 +167,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_temperature: Annotated[float, Field(gt=0.0)] = 0.3,
         restart_staleness: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.3,
         restart_score: Literal["loss", "outcome"] = "loss",
+        restart_opponent: Literal["game", "optimal"] = "game",
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -214,6 +215,11 @@ class TicTacToeEnv(StatefulToolEnv):
             restart_score: What a replayed board's score spreads: `loss` (the std of the group's lost indicator,
                 sqrt(q (1 - q)) with q its share of losses: a trap where some samples lose and some draw or win)
                 or `outcome` (the std of win 1 / draw 0.5 / loss 0, in `win_reward` / `draw_reward` units).
+            restart_opponent: Whom a game restarted from a lost game's board plays: `game` (that game's opponent,
+                its random-move probability included) or `optimal` (the same opponent at random-move probability
+                0: the restarted group's outcomes then depend on the model's moves alone, so a board that is
+                already lost loses every sample and a board where one reply holds the draw is contested). The
+                board is still chosen by the lost game; the seed, style and invalid-move rule stay the game's.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -230,6 +236,9 @@ class TicTacToeEnv(StatefulToolEnv):
                 or not 0.0 <= restart_staleness < 1.0 or restart_score not in ("loss", "outcome"):
             raise ValueError("restart replay: need 0 <= restart_replay <= 1, restart_buffer >= 1, restart_temperature "
                              "> 0, 0 <= restart_staleness < 1 and restart_score 'loss' or 'outcome'")
+        if restart_opponent not in ("game", "optimal"):
+            raise ValueError(f"restart_opponent must be 'game' or 'optimal', not {restart_opponent!r}")
+        self.restart_opponent = restart_opponent
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -431,13 +440,17 @@ class TicTacToeEnv(StatefulToolEnv):
                 board = rng.choice(fresh)
                 seen.add(board)
                 row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
+                if self.restart_opponent == "optimal":
+                    row["random_move_prob"] = 0.0
                 rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
         return rows
 
     def restart_options(self) -> list[str]:
-        """`restart_replay` and a `restart_max_pieces` below 7 act only on restarted groups (GRPO's `restart_share`)."""
+        """`restart_replay`, a `restart_max_pieces` below 7 and `restart_opponent = "optimal"` act only on restarted
+        groups (GRPO's `restart_share`)."""
         return [name for name, on in (("restart_replay", bool(self.restart_replay)),
-                                      ("restart_max_pieces", self.restart_max_pieces != 7)) if on]
+                                      ("restart_max_pieces", self.restart_max_pieces != 7),
+                                      ("restart_opponent", self.restart_opponent != "game")) if on]
 
     def _score_restarts(self, trajectories: list[Any]) -> None:
         """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
