@@ -43,3 +43,11 @@ def test_recipe_runs_every_phase_and_resumes(tmp_path: Path) -> None:
     assert {"abstain", "majority call", "copy", "answer key"} <= set(report["trivial"])
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)  # every output exists: nothing re-runs
     assert again.returncode == 0 and "synth:" not in again.stdout and "sft:" not in again.stdout
+    strict = subprocess.run([*cmd, "--phase", "eval", "--strict-calls"], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path)  # the plain evals resume (exist), the strict ones run beside them
+    assert strict.returncode == 0, (strict.stdout + strict.stderr)[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert set(report["heldout"]) == {"base", "sft", "grpo", "base-strict", "sft-strict", "grpo-strict"}
+    assert (run / "eval" / "sft-strict" / "summary.json").exists()
+    for line in (run / "eval" / "sft-strict" / "results.jsonl").read_text().splitlines():
+        assert not any("could not parse" in (c.get("error") or "") for c in json.loads(line)["calls"])

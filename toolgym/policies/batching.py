@@ -39,11 +39,19 @@ class SamplingParams:
 @dataclass
 class GenRequest:
     """`allowed`: optional complete outputs (token-id sequences) the sample must be one of -- constrained decoding;
-    the model still chooses among them, and logprobs stay those of the unconstrained model."""
+    the model still chooses among them, and logprobs stay those of the unconstrained model. `constraint`: an object
+    whose `allowed(tokens_so_far)` gives the token ids allowed next, or None where the output is free (strict tool
+    calls, `toolgym.policies.strict`); logprobs likewise unconstrained."""
 
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     allowed: list[list[int]] | None = None
+    constraint: Any = None
+
+    @property
+    def constrained(self) -> bool:
+        """Whether some tokens may be masked (greedy fast paths skip rows that are)."""
+        return bool(self.allowed) or self.constraint is not None
 
 
 @dataclass

@@ -390,7 +390,7 @@ class ContinuousBatcher:
         sl.end = e + T
         kept = [0] * n
         fin: list[int] = []
-        if all(r.req.params.temperature <= 0 and not r.req.allowed for r in rows):
+        if all(r.req.params.temperature <= 0 and not r.req.constrained for r in rows):
             self._keep_greedy(logits, drafts, kept, fin)
         else:
             live = list(range(n))  # rows whose tokens so far all equalled their drafts

@@ -95,7 +95,7 @@ class HFEngine(ContinuousBatcher):
         for constrained requests, only continuations of `allowed` given the tokens `so_far`): (tokens, logprobs)."""
         torch = self.torch
         logits = logits.float()
-        if all(r.params.temperature <= 0 and not r.allowed for r in reqs):
+        if all(r.params.temperature <= 0 and not r.constrained for r in reqs):
             # all greedy and unconstrained: what the general path below gives, in 3 tensor ops instead of ~20 (each
             # row's uniform is still drawn, so an unseeded request sharing the engine's generator draws as before)
             for g in gens:
@@ -125,13 +125,21 @@ class HFEngine(ContinuousBatcher):
                     sp = torch.where(drop, torch.zeros_like(sp), sp)
                     p = torch.zeros_like(p).scatter(0, si, sp)
                 probs[i] = p
-        if so_far is not None and any(r.allowed for r in reqs):
+        masked = [False] * len(reqs)
+        if so_far is not None and any(r.constrained for r in reqs):
             probs = probs.clone()
             for i, r in enumerate(reqs):
-                if not r.allowed:
+                if r.allowed:
+                    n = len(so_far[i])
+                    ok = sorted({seq[n] for seq in r.allowed if len(seq) > n and seq[:n] == so_far[i]})
+                elif r.constraint is not None:
+                    nxt = r.constraint.allowed(so_far[i])
+                    if nxt is None:  # free here (outside a tool call)
+                        continue
+                    ok = sorted(t for t in nxt if t < probs.shape[-1])
+                else:
                     continue
-                n = len(so_far[i])
-                ok = sorted({seq[n] for seq in r.allowed if len(seq) > n and seq[:n] == so_far[i]})
+                masked[i] = True
                 keep = torch.zeros_like(probs[i])
                 if ok:
                     keep[ok] = 1.0
@@ -153,7 +161,7 @@ class HFEngine(ContinuousBatcher):
         cum = torch.cumsum(p64, dim=-1)
         drawn = torch.searchsorted(cum, (u * cum[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)[:, 0]
         drawn = drawn.to(probs.device)
-        constrained = torch.tensor([bool(r.allowed) for r in reqs], device=probs.device)
+        constrained = torch.tensor(masked, device=probs.device)
         toks = torch.where(greedy & ~constrained, logp.argmax(-1), drawn).tolist()
         idx = torch.tensor(toks, device=logp.device)
         lps = logp.gather(1, idx[:, None])[:, 0].tolist()

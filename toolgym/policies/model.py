@@ -41,6 +41,8 @@ class ModelPolicy(Policy):
         batch_wait_s: How long a first request waits for company.
         batch_gather_s: With several rollouts in flight, how long to wait for all of them to ask before a batch.
         allowed_outputs: `fn(messages) -> texts` the turn must be one of (constrained decoding; `hf:` only).
+        strict_calls: Decode each tool call under its tool's JSON schema (`toolgym.policies.strict`; `hf:` only,
+            `hermes` format): calls always parse, name a tool of the session and hold its required arguments.
         batching: "static" (one batch at a time) or "continuous" (rows join and leave a running batch).
     """
 
@@ -62,6 +64,7 @@ class ModelPolicy(Policy):
         batch_wait_s: float = 0.005,
         batch_gather_s: float = 0.05,
         allowed_outputs: Any = None,
+        strict_calls: bool = False,
         batching: str = "static",
     ) -> None:
         self.renderer = renderer
@@ -73,6 +76,11 @@ class ModelPolicy(Policy):
         else:
             self.tool_format = get_format(tool_format)
         check_prefix_preservation(renderer, check_template)
+        self.strict = None
+        if strict_calls:
+            from toolgym.policies.strict import StrictCalls
+
+            self.strict = StrictCalls(renderer.tok, self.tool_format, renderer.stop_ids[0])
         self.live_sessions = 0  # sessions opened and not yet closed (rollouts in flight)
         if batching not in ("static", "continuous"):
             raise ValueError(f"batching must be 'static' or 'continuous', not {batching!r}")
@@ -104,10 +112,11 @@ class ModelPolicy(Policy):
         return None
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None
+        self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None,
+        constraint: Any = None,
     ) -> GenOutput:
         """Queue one generation (batched with concurrent ones)."""
-        return await self.queue.submit(GenRequest(list(prompt_ids), params or self.sampling, allowed))
+        return await self.queue.submit(GenRequest(list(prompt_ids), params or self.sampling, allowed, constraint))
 
     def encode_choices(self, texts: list[str]) -> list[list[int]]:
         """Token sequences for constrained outputs: each text canonically tokenized + the end-of-turn token."""
@@ -136,6 +145,7 @@ class ModelPolicy(Policy):
 class ModelSession(PolicySession):
     def __init__(self, policy: ModelPolicy, tools: list[dict[str, Any]], index: int, seed: int | None = None):
         self.policy = policy
+        self.tools = tools
         self.tracker = TokenTracker(policy.renderer, tools)
         self.index = index
         self.seed = seed  # a rollout seed (`open_seeded`): turn seeds come from (seed, turn) instead
@@ -163,8 +173,10 @@ class ModelSession(PolicySession):
         if self.policy.allowed_outputs is not None:
             texts = self.policy.allowed_outputs(messages)
             allowed = self.policy.encode_choices(texts) if texts else None
+        constraint = self.policy.strict.constraint(self.tools) if self.policy.strict is not None else None
         t0 = time.perf_counter()
-        out = await self.policy.generate(prompt, self._params(), allowed)
+        out = await (self.policy.generate(prompt, self._params(), allowed, constraint) if constraint is not None
+                     else self.policy.generate(prompt, self._params(), allowed))
         self.generate_s += time.perf_counter() - t0
         self.turns += 1
         ids = list(out.token_ids)

@@ -58,6 +58,8 @@ class VLLMPolicy(ModelPolicy):
     ) -> None:
         if options.get("allowed_outputs") is not None:
             raise ValueError("allowed_outputs (choice constraints) is supported by hf: only")
+        if options.get("strict_calls"):
+            raise ValueError("strict_calls (schema-constrained tool calls) is supported by hf: only")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm

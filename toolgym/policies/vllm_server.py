@@ -61,6 +61,8 @@ class VLLMServerPolicy(ModelPolicy):
 
         if options.get("allowed_outputs") is not None:
             raise ValueError("allowed_outputs (choice constraints) is supported by hf: only")
+        if options.get("strict_calls"):
+            raise ValueError("strict_calls (schema-constrained tool calls) is supported by hf: only")
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY")
 

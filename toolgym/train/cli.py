@@ -329,6 +329,8 @@ def tasks_train_cmd(
                                         "those values (the rest from the built-in word list, as generated tasks)."),
     call_reward: str = typer.Option("call_match", "--call-reward", help="The calls' reward term: call_match "
                                     "(exact calls) or call_similarity (partial credit for near-copies)."),
+    strict_calls: bool = typer.Option(False, "--strict-calls", help="Evaluate with strict tool calls (each call "
+                                      "decoded under its tool's schema) into eval/LABEL-strict, beside the plain evals."),
 ) -> None:
     """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
     tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
@@ -346,7 +348,7 @@ def tasks_train_cmd(
     opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
                          gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
                          concurrency=concurrency, num_threads=num_threads, augment=augment,
-                         augment_novel=augment_novel, call_reward=call_reward)
+                         augment_novel=augment_novel, call_reward=call_reward, strict_calls=strict_calls)
     bars: dict[str, Any] = {}
     with _progress() as prog:
         def progress(name: str, r: dict[str, Any]) -> None:

@@ -70,6 +70,7 @@ class RecipeOptions:
     augment: int = 0  # fresh-value copies per teacher row for SFT (`toolgym.train.augment`); 0 = off
     augment_novel: float = NOVEL  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
     call_reward: str = "call_match"  # the calls' reward term (`CALL_REWARDS`): exact, or partial credit
+    strict_calls: bool = False  # eval phase: also strict tool calls (`toolgym.policies.strict`), into eval/LABEL-strict
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
@@ -401,13 +402,17 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         train_rows = [json.loads(x) for x in tasks.open() if x.strip()]
         held_rows = [json.loads(x) for x in heldout.open() if x.strip()]
         tools: list[dict[str, Any]] = []
-        for label in opts.eval_models:
-            path = models[label]
+        runs = [(label, strict) for label in opts.eval_models for strict in (False, True)
+                if not strict or opts.strict_calls]
+        for model_label, strict in runs:
+            path = models[model_label]
             if not Path(path).is_dir():
                 continue
             env = load_env(str(env_cfg), tasks=str(heldout))
             rows = env.build_dataset()
-            policy = load_policy(f"hf:{path}", env, temperature=0.0, max_tokens=160, seed=opts.seed)
+            policy = load_policy(f"hf:{path}", env, temperature=0.0, max_tokens=160, seed=opts.seed,
+                                 **({"strict_calls": True} if strict else {}))
+            label = f"{model_label}-strict" if strict else model_label
             dest = out / "eval" / label
 
             async def ev() -> Any:
