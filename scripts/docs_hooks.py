@@ -34,6 +34,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-retry.png": ROOT / "examples" / "tictactoe" / "forced_retry.png",
            "assets/tictactoe-forced-late.png": ROOT / "examples" / "tictactoe" / "forced_late.png",
            "assets/tictactoe-forced-replay.png": ROOT / "examples" / "tictactoe" / "forced_replay.png",
+           "assets/tictactoe-forced-optimal.png": ROOT / "examples" / "tictactoe" / "forced_optimal.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
