@@ -175,9 +175,7 @@ class ModelSession(PolicySession):
             allowed = self.policy.encode_choices(texts) if texts else None
         constraint = self.policy.strict.constraint(self.tools) if self.policy.strict is not None else None
         t0 = time.perf_counter()
-        # only a strict turn passes its constraint: vllm-server's generate (which refuses strict_calls) takes three
-        out = await (self.policy.generate(prompt, self._params(), allowed, constraint) if constraint is not None
-                     else self.policy.generate(prompt, self._params(), allowed))
+        out = await self.policy.generate(prompt, self._params(), allowed, constraint)
         self.generate_s += time.perf_counter() - t0
         self.turns += 1
         ids = list(out.token_ids)

@@ -29,26 +29,15 @@ WHITESPACE = r"[ ]?"
 ANY_OBJECT = '{"type": "object"}'
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2 byte-level BPE's printable stand-ins (`Ġ` for a space, `Ċ` for a newline) -> the bytes they encode."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
-
-
 def token_bytes(tokenizer: Any) -> dict[int, bytes]:
     """Each token id's bytes in decoded text: byte-level BPE tokens through their byte alphabet, SentencePiece
     tokens with `▁` as a space and `<0xNN>` byte tokens, added (special) tokens as their text."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> printable stand-in (`Ġ`)
+
     vocab: dict[str, int] = tokenizer.get_vocab()
     added = {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
     byte_level = "ByteLevel" in repr(getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None))
-    table = _byte_decoder()
+    table = {c: b for b, c in bytes_to_unicode().items()}
     out: dict[int, bytes] = {}
     for tok, i in vocab.items():
         if tok in added:
@@ -87,8 +76,6 @@ class CallConstraint:
         self.seen = 0  # tokens of so_far consumed
         self.tail = b""  # the free text's last bytes (to spot the open tag)
         self.guide: Any = None
-        self.calls = 0  # tool calls decoded under the grammar
-        self.open_mid_token = 0  # open tags that ended inside a token (that call was left unconstrained)
 
     def allowed(self, so_far: list[int]) -> list[int] | None:
         tag = self.grammar.open_bytes
@@ -103,10 +90,8 @@ class CallConstraint:
             self.tail = (self.tail + self.bytes_of.get(tok, b""))[-4 * len(tag) :]
             if self.tail.endswith(tag):
                 self.guide = self._guide_cls(self.grammar.index)
-                self.calls += 1
                 self.tail = b""
-            elif tag in self.tail:
-                self.open_mid_token += 1
+            elif tag in self.tail:  # the tag ended inside a token: that call is left unconstrained
                 self.tail = b""
         if self.guide is None:
             return None

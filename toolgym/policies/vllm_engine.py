@@ -97,8 +97,8 @@ class VLLMPolicy(ModelPolicy):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if any(r.allowed for r in requests):
-            raise NotImplementedError("allowed_outputs (choice constraints) is supported by hf: only")
+        if any(r.constrained for r in requests):
+            raise NotImplementedError("allowed_outputs and strict_calls (constrained decoding) are supported by hf: only")
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         params = [
             SamplingParams(

@@ -97,10 +97,11 @@ class VLLMServerPolicy(ModelPolicy):
         return body
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None
+        self, prompt_ids: list[int], params: SamplingParams | None = None, allowed: list[list[int]] | None = None,
+        constraint: Any = None,
     ) -> GenOutput:
-        if allowed:
-            raise NotImplementedError("allowed_outputs is supported by hf: only")
+        if allowed or constraint is not None:
+            raise NotImplementedError("allowed_outputs and strict_calls are supported by hf: only")
         t0 = time.perf_counter()
         resp = await self.client.post(f"{self.base_url}/completions", json=self.body(prompt_ids, params or self.sampling))
         resp.raise_for_status()
