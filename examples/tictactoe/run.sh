@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -42,6 +42,8 @@
 #           contested boards (restart_replay: Prioritized Level Replay for boards; tenth round of the docs)
 #   forced-optimal  after forced-late: forced-replay's arm with the restarted games played against the optimal opponent
 #           (restart_opponent = optimal; eleventh round of the docs)
+#   forced-decisive  after forced-late: restarts where an invalid move forfeits, from a lost game's last unforced board,
+#           against the optimal opponent and against the game's (twelfth round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -453,6 +455,39 @@ case "${1:-}" in
     python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
     C=(late-optimal=$N/$a); [ -d $N/late-replay ] && C=(late-replay=$N/late-replay "${C[@]}")
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_optimal.png ;;
+  forced-decisive)  # twelfth round (docs: "Twelfth round"): the eleventh round's next step -- restarted games where an
+    # invalid move forfeits (restart_invalid_move = forfeit) and a lost game restarting from its last unforced board
+    # (restart_board = last_unforced: no win to take, no threat to block -- where a game lost to a fork was decided);
+    # late-decisive: late-optimal + both, decisive-game: late-replay + both (restarts against the game's opponent);
+    # then, since late-decisive's periodic eval swung (3 % at step 30, 16 % at 60) with its invalid calls:
+    # decisive-cosine (late-decisive with the learning rate decayed to 0 over the 60 steps) and decisive-forfeit (the
+    # same with an invalid move forfeiting every training game, not only restarted ones; the evals keep retry).
+    # Each evaluated at step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from.
+    # ARMS picks some: side by side with ARMS=late-decisive LOCK=/tmp/a and ARMS=decisive-game LOCK=/tmp/b
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-decisive continues run.sh forced-late's start: run that first"; exit 2; }
+    D=(-s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 -s env_args.restart_invalid_move=forfeit
+       -s env_args.restart_board=last_unforced)
+    for a in ${ARMS:-late-decisive decisive-game decisive-cosine decisive-forfeit}; do
+      case $a in
+        late-decisive) S=(-s env_args.restart_opponent=optimal) ;;
+        decisive-game) S=() ;;
+        decisive-cosine) S=(-s env_args.restart_opponent=optimal -s lr_schedule=cosine) ;;
+        decisive-forfeit) S=(-s env_args.restart_opponent=optimal -s lr_schedule=cosine -s env_args.invalid_move=forfeit
+                             -s eval_env_args.invalid_move=retry) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
+        "${S[@]}" --resume
+      arm_evals $a $N/$a
+      python $X/restarts.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20 --max-step 60
+      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+    done
+    for a in late-decisive decisive-game decisive-cosine decisive-forfeit; do [ -d $N/$a/final ] || exit 0; done
+    C=(late-decisive=$N/late-decisive decisive-game=$N/decisive-game decisive-cosine=$N/decisive-cosine
+       decisive-forfeit=$N/decisive-forfeit)
+    [ -d $N/late-optimal ] && C=(late-optimal=$N/late-optimal "${C[@]}")
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_decisive.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -471,5 +506,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-default|table"; exit 2 ;;
 esac

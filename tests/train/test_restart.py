@@ -55,25 +55,30 @@ def test_restarts_come_from_boards_lost_games_showed_and_start_there() -> None:
         assert t.messages[1]["content"].startswith("A game in progress.")
 
 
+def _restart_two_ways(kw: dict, variant: dict, games: int, n: int, seed: int) -> tuple[list, list, list, list]:
+    """The random player's `games` games in an env of options `kw`; `n` restarts drawn from them by that env and by
+    one with `variant` added (the same rng seed); the variant's restarts played on."""
+    async def go() -> tuple[list, list, list, list]:
+        env, other = load_env("tictactoe", **kw), load_env("tictactoe", **kw, **variant)
+        player = load_policy("scripted:random", env)
+        rows = env.build_dataset(games)
+        async with env, other:
+            played = await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], games)
+            plain = env.restart_tasks(played, n, random.Random(seed))
+            changed = other.restart_tasks(played, n, random.Random(seed))
+            again = await run_rollouts(other, player, [(100 + i, 0, r) for i, r in enumerate(changed)], n)
+        return played, plain, changed, again
+
+    return asyncio.run(go())
+
+
 def test_restart_opponent_optimal_plays_a_lost_games_board_against_the_optimal_opponent() -> None:
     """`restart_opponent = "optimal"`: the boards still come from lost games (here against an opponent that always
     plays at random), but the restarted games are played at random-move probability 0, the rest of the opponent
     (seed, style, invalid-move rule) the game's; the default keeps the game's probability."""
-    async def go() -> tuple[list, list, list, list]:
-        kw = {"transport": "inprocess", "min_random_move_prob": 1.0, "max_random_move_prob": 1.0,
-              "opponent_style": "trappy"}
-        env = load_env("tictactoe", **kw)
-        optimal = load_env("tictactoe", **kw, restart_opponent="optimal")
-        player = load_policy("scripted:random", env)
-        rows = env.build_dataset(32)
-        async with env:
-            games = await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], 32)
-            same = env.restart_tasks(games, 4, random.Random(0))
-            hard = optimal.restart_tasks(games, 4, random.Random(0))
-            again = await run_rollouts(env, player, [(100 + i, 0, r) for i, r in enumerate(hard)], 4)
-        return games, same, hard, again
-
-    games, same, hard, again = asyncio.run(go())
+    kw = {"transport": "inprocess", "min_random_move_prob": 1.0, "max_random_move_prob": 1.0,
+          "opponent_style": "trappy"}
+    games, same, hard, again = _restart_two_ways(kw, {"restart_opponent": "optimal"}, 32, 4, 0)
     assert any(g.metrics["loss"] == 1.0 for g in games)
     assert same and all(r["random_move_prob"] == 1.0 for r in same)
     assert [r["board"] for r in hard] == [r["board"] for r in same]  # the same boards, drawn the same way
@@ -85,6 +90,31 @@ def test_restart_opponent_optimal_plays_a_lost_games_board_against_the_optimal_o
     assert all(t.error is None for t in again)
     assert load_env("tictactoe", transport="inprocess", restart_opponent="optimal").restart_options() == \
         ["restart_opponent"]
+
+
+def test_restart_board_last_unforced_and_restart_invalid_move_forfeit() -> None:
+    """`restart_board = "last_unforced"`: a lost game restarts from the last board it showed with no win to take
+    and no threat to block (the decisive board of a game lost to a fork), where `uniform` also draws forced ones;
+    `restart_invalid_move = "forfeit"`: the restarted rows forfeit on an invalid move while the game's rows retried."""
+    from toolgym_tictactoe import forced_move
+
+    kw = {"transport": "inprocess", "min_random_move_prob": 0.0, "max_random_move_prob": 0.0}
+    games, uniform, picked, again = _restart_two_ways(
+        kw, {"restart_board": "last_unforced", "restart_invalid_move": "forfeit", "restart_opponent": "optimal"},
+        48, 12, 1)
+    lost = [g for g in games if g.metrics["loss"] == 1.0]
+    assert len(lost) >= 12  # the random player loses most games to the optimal opponent: every restart is a lost one's
+    last_unforced = {[b for b in positions_shown(g.messages) if b.count(".") >= 2 and b != "." * 9
+                      and forced_move(b) is None][-1] for g in lost}
+    assert any(forced_move(r["board"]) is not None for r in uniform)  # uniform draws had forced boards to leave out
+    assert len(picked) == 12 and len({r["board"] for r in picked}) == 12
+    assert all(forced_move(r["board"]) is None for r in picked)  # every lost game here showed an unforced board
+    assert sum(r["board"] in last_unforced for r in picked) >= 9  # the last one, unless another game took it first
+    assert all(r["invalid_move"] == "forfeit" and r["random_move_prob"] == 0.0 for r in picked)
+    assert all("invalid_move" not in r for r in uniform)  # the games' own rule: retry (the default, not written)
+    assert all(t.error is None and positions_shown(t.messages)[0] == r["board"] for r, t in zip(picked, again))
+    assert load_env("tictactoe", transport="inprocess", restart_board="last_unforced",
+                    restart_invalid_move="forfeit").restart_options() == ["restart_invalid_move", "restart_board"]
 
 
 def _cfg(model: Path, out: Path, **kw: object) -> GRPOConfig:
@@ -275,7 +305,8 @@ def test_restart_replay_buffer_keeps_the_most_contested_boards_and_refreshes_sco
 
 @pytest.mark.parametrize("bad", [{"restart_replay": 1.5}, {"restart_replay": -0.1}, {"restart_staleness": 1.0},
                                  {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"},
-                                 {"restart_opponent": "strong"}])
+                                 {"restart_opponent": "strong"}, {"restart_invalid_move": "retry"},
+                                 {"restart_board": "first"}])
 def test_restart_replay_bad_option_is_a_clear_error(bad: dict) -> None:
     from toolgym.options import EnvOptionError
 

@@ -168,6 +168,8 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_staleness: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.3,
         restart_score: Literal["loss", "outcome"] = "loss",
         restart_opponent: Literal["game", "optimal"] = "game",
+        restart_invalid_move: Literal["game", "forfeit"] = "game",
+        restart_board: Literal["uniform", "last_unforced"] = "uniform",
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -220,6 +222,15 @@ class TicTacToeEnv(StatefulToolEnv):
                 0: the restarted group's outcomes then depend on the model's moves alone, so a board that is
                 already lost loses every sample and a board where one reply holds the draw is contested). The
                 board is still chosen by the lost game; the seed, style and invalid-move rule stay the game's.
+            restart_invalid_move: What an invalid move costs in a restarted game: the game's rule (`game`, see
+                `invalid_move`) or `forfeit` (it ends the restarted game as a loss). Against the optimal opponent
+                most samples of a restarted group lose whatever they do, so under `retry` an invalid move costs
+                little against its group; `forfeit` makes it cost what it costs a greedy player in a whole game.
+            restart_board: Which board a lost game restarts from: `uniform` among the boards it showed, or
+                `last_unforced` -- the last one with no win to take and no threat to block (no game value is
+                consulted), where a game lost to a fork was decided: the moves after it are forced. A lost game
+                whose unforced boards were all restarted already (this step) restarts nothing; one that showed
+                none (lost by a missed win or block) draws uniformly; the games that were not lost always do.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -239,6 +250,11 @@ class TicTacToeEnv(StatefulToolEnv):
         if restart_opponent not in ("game", "optimal"):
             raise ValueError(f"restart_opponent must be 'game' or 'optimal', not {restart_opponent!r}")
         self.restart_opponent = restart_opponent
+        if restart_invalid_move not in ("game", "forfeit"):
+            raise ValueError(f"restart_invalid_move must be 'game' or 'forfeit', not {restart_invalid_move!r}")
+        if restart_board not in ("uniform", "last_unforced"):
+            raise ValueError(f"restart_board must be 'uniform' or 'last_unforced', not {restart_board!r}")
+        self.restart_invalid_move, self.restart_board = restart_invalid_move, restart_board
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -407,10 +423,11 @@ class TicTacToeEnv(StatefulToolEnv):
     def restart_tasks(self, trajectories: list[Any], n: int, rng: random.Random) -> list[dict[str, Any]]:
         """Games that restart from boards the model was shown in `trajectories` (GRPO's `restart_share`): X to move
         with at least one and at most `restart_max_pieces` marks (so at least two free cells), taken first from games
-        it lost (one board per lost game, drawn uniformly among those it faced there), then from the others; each
-        board once. A restart keeps its game's opponent
-        (seed, random-move probability, style, invalid-move rule) and is marked `start = "restart"`. Only the
-        outcome chooses: no position analysis tells which board mattered.
+        it lost (one board per lost game, drawn uniformly among those it faced there, or its last unforced one with
+        `restart_board`), then from the others; each board once. A restart keeps its game's opponent (seed,
+        random-move probability, style, invalid-move rule; `restart_opponent` and `restart_invalid_move` override
+        the probability and the rule) and is marked `start = "restart"`. The outcome chooses: no game value tells
+        which board mattered (`last_unforced` looks only for a win to take or a threat to block).
 
         With `restart_replay`, first the groups restarted in `trajectories` score their boards into the replay
         buffer (`_score_restarts`), then `round(restart_replay * n)` of the rows (at most the buffer's size) are
@@ -437,20 +454,30 @@ class TicTacToeEnv(StatefulToolEnv):
                 fresh = [b for b in boards if b not in seen]
                 if not fresh:
                     continue
-                board = rng.choice(fresh)
+                unforced = [b for b in boards if forced_move(b) is None] \
+                    if pool is lost and self.restart_board == "last_unforced" else []
+                if unforced:  # the last one not restarted yet; none left: this game restarts nothing
+                    unforced = [b for b in unforced if b not in seen]
+                    if not unforced:
+                        continue
+                board = unforced[-1] if unforced else rng.choice(fresh)
                 seen.add(board)
                 row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
                 if self.restart_opponent == "optimal":
                     row["random_move_prob"] = 0.0
+                if self.restart_invalid_move == "forfeit":
+                    row["invalid_move"] = "forfeit"
                 rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
         return rows
 
     def restart_options(self) -> list[str]:
-        """`restart_replay`, a `restart_max_pieces` below 7 and `restart_opponent = "optimal"` act only on restarted
-        groups (GRPO's `restart_share`)."""
+        """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
+        "forfeit"` and `restart_board = "last_unforced"` act only on restarted groups (GRPO's `restart_share`)."""
         return [name for name, on in (("restart_replay", bool(self.restart_replay)),
                                       ("restart_max_pieces", self.restart_max_pieces != 7),
-                                      ("restart_opponent", self.restart_opponent != "game")) if on]
+                                      ("restart_opponent", self.restart_opponent != "game"),
+                                      ("restart_invalid_move", self.restart_invalid_move != "game"),
+                                      ("restart_board", self.restart_board != "uniform")) if on]
 
     def _score_restarts(self, trajectories: list[Any]) -> None:
         """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
