@@ -35,6 +35,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-late.png": ROOT / "examples" / "tictactoe" / "forced_late.png",
            "assets/tictactoe-forced-replay.png": ROOT / "examples" / "tictactoe" / "forced_replay.png",
            "assets/tictactoe-forced-optimal.png": ROOT / "examples" / "tictactoe" / "forced_optimal.png",
+           "assets/tictactoe-forced-decisive.png": ROOT / "examples" / "tictactoe" / "forced_decisive.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

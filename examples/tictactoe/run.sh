@@ -461,20 +461,28 @@ case "${1:-}" in
     # late-decisive: late-optimal + both, decisive-game: late-replay + both (restarts against the game's opponent);
     # then, since late-decisive's periodic eval swung (3 % at step 30, 16 % at 60) with its invalid calls:
     # decisive-cosine (late-decisive with the learning rate decayed to 0 over the 60 steps) and decisive-forfeit (the
-    # same with an invalid move forfeiting every training game, not only restarted ones; the evals keep retry).
-    # Each evaluated at step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from.
+    # same with an invalid move forfeiting every training game, not only restarted ones; the evals keep retry);
+    # then decisive-seed1 (late-decisive with another seed: how far its result is the run's luck) and decisive-more
+    # (late-decisive with three quarters of the groups restarted and three quarters of those replayed); then
+    # decisive-seed2 and decisive-seed3 (late-decisive with seeds 2 and 3).
+    # Each evaluated at step 60 and at its best periodic-eval checkpoint; then which boards the restarts started from;
+    # late-decisive's kind (its seeds and decisive-more) also at that checkpoint on a second test seed (1618).
     # ARMS picks some: side by side with ARMS=late-decisive LOCK=/tmp/a and ARMS=decisive-game LOCK=/tmp/b
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-decisive continues run.sh forced-late's start: run that first"; exit 2; }
     D=(-s task_schedule=[] -s restart_share=0.5 -s env_args.restart_replay=0.5 -s env_args.restart_invalid_move=forfeit
        -s env_args.restart_board=last_unforced)
-    for a in ${ARMS:-late-decisive decisive-game decisive-cosine decisive-forfeit}; do
+    A=(late-decisive decisive-game decisive-cosine decisive-forfeit decisive-seed1 decisive-more decisive-seed2
+       decisive-seed3)
+    for a in ${ARMS:-${A[*]}}; do
       case $a in
         late-decisive) S=(-s env_args.restart_opponent=optimal) ;;
         decisive-game) S=() ;;
         decisive-cosine) S=(-s env_args.restart_opponent=optimal -s lr_schedule=cosine) ;;
         decisive-forfeit) S=(-s env_args.restart_opponent=optimal -s lr_schedule=cosine -s env_args.invalid_move=forfeit
                              -s eval_env_args.invalid_move=retry) ;;
+        decisive-seed[123]) S=(-s env_args.restart_opponent=optimal -s seed=${a#decisive-seed}) ;;
+        decisive-more) S=(-s env_args.restart_opponent=optimal -s restart_share=0.75 -s env_args.restart_replay=0.75) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
@@ -482,10 +490,21 @@ case "${1:-}" in
       arm_evals $a $N/$a
       python $X/restarts.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20 --max-step 60
       python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      case $a in decisive-game|decisive-cosine|decisive-forfeit) continue ;; esac
+      # late-decisive's kind: its best checkpoint's 200 games vs the optimal opponent again on a second fresh seed
+      n=$(python $X/best_step.py $N/$a/metrics.jsonl)
+      toolgym eval tictactoe -m "hf:$N/$a/checkpoints/step_$(printf %06d $n)/model" -n 200 -c 64 -t 0 \
+        --max-tokens $MAXTOK --seed 1618 -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
+        -o "$R/eval/forced-$a-best-games200b-optimal" --resume
+      if [ $a = decisive-more ]; then   # the steadiest arm: 30 more steps (a resume: the buffer starts empty)
+        timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
+          "${D[@]}" "${S[@]}" -s max_steps=90 --resume
+        rl_evals forced-decisive-more90 $N/$a/final 2718
+        python $X/losses.py $R/eval/forced-decisive-more90-games200-optimal
+      fi
     done
-    for a in late-decisive decisive-game decisive-cosine decisive-forfeit; do [ -d $N/$a/final ] || exit 0; done
-    C=(late-decisive=$N/late-decisive decisive-game=$N/decisive-game decisive-cosine=$N/decisive-cosine
-       decisive-forfeit=$N/decisive-forfeit)
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    C=(); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     [ -d $N/late-optimal ] && C=(late-optimal=$N/late-optimal "${C[@]}")
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_decisive.png ;;
   forced-default)
