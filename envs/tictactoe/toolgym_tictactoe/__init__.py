@@ -454,13 +454,14 @@ class TicTacToeEnv(StatefulToolEnv):
                 fresh = [b for b in boards if b not in seen]
                 if not fresh:
                     continue
-                unforced = [b for b in boards if forced_move(b) is None] \
-                    if pool is lost and self.restart_board == "last_unforced" else []
-                if unforced:  # the last one not restarted yet; none left: this game restarts nothing
-                    unforced = [b for b in unforced if b not in seen]
-                    if not unforced:
+                if pool is lost and self.restart_board == "last_unforced" \
+                        and any(forced_move(b) is None for b in boards):
+                    unforced = [b for b in fresh if forced_move(b) is None]
+                    if not unforced:  # this game's unforced boards were all restarted already: it restarts nothing
                         continue
-                board = unforced[-1] if unforced else rng.choice(fresh)
+                    board = unforced[-1]
+                else:
+                    board = rng.choice(fresh)
                 seen.add(board)
                 row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
                 if self.restart_opponent == "optimal":
