@@ -117,6 +117,31 @@ def test_restart_board_last_unforced_and_restart_invalid_move_forfeit() -> None:
                     restart_invalid_move="forfeit").restart_options() == ["restart_invalid_move", "restart_board"]
 
 
+def test_restart_symmetry_restarts_a_rotation_or_reflection_of_the_lost_games_board() -> None:
+    """`restart_symmetry`: each restart board is one of the 8 images of a board the lost games restart from without
+    it -- the same symmetry classes, so the held-out split is kept -- in orientations the games never showed (over
+    40 draws: several images per class), each board once per call; the restarted games are played from that image."""
+    from toolgym_tictactoe.positions import canonical
+
+    kw = {"transport": "inprocess", "min_random_move_prob": 0.0, "max_random_move_prob": 0.0,
+          "restart_board": "last_unforced"}
+    games, _, turned, again = _restart_two_ways(kw, {"restart_symmetry": True}, 48, 12, 2)
+    assert len(turned) == 12 and len({r["board"] for r in turned}) == 12
+    assert all(t.error is None and positions_shown(t.messages)[0] == r["board"] for r, t in zip(turned, again))
+    shown = {b for g in games for b in positions_shown(g.messages)}
+    plain_env, turned_env = load_env("tictactoe", **kw), load_env("tictactoe", **kw, restart_symmetry=True)
+    plain_all: set[str] = set()
+    turned_all: set[str] = set()
+    for seed in range(40):
+        plain_all |= {r["board"] for r in plain_env.restart_tasks(games, 12, random.Random(seed))}
+        turned_all |= {r["board"] for r in turned_env.restart_tasks(games, 12, random.Random(seed))}
+    assert plain_all <= shown  # without it: boards as the games showed them
+    assert {canonical(b) for b in turned_all} == {canonical(b) for b in plain_all}
+    assert len(turned_all) >= 2 * len(plain_all) and len(turned_all - shown) >= 20  # measured: 96 vs 27, 56 new
+    assert load_env("tictactoe", transport="inprocess", restart_symmetry=True).restart_options() == \
+        ["restart_symmetry"]
+
+
 def _cfg(model: Path, out: Path, **kw: object) -> GRPOConfig:
     base = dict(model=str(model), output_dir=str(out), env="tictactoe",
                 env_args={"transport": "inprocess", "starts": "positions", "kinds": "quiet"}, num_examples=8,
@@ -306,7 +331,7 @@ def test_restart_replay_buffer_keeps_the_most_contested_boards_and_refreshes_sco
 @pytest.mark.parametrize("bad", [{"restart_replay": 1.5}, {"restart_replay": -0.1}, {"restart_staleness": 1.0},
                                  {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"},
                                  {"restart_opponent": "strong"}, {"restart_invalid_move": "retry"},
-                                 {"restart_board": "first"}])
+                                 {"restart_board": "first"}, {"restart_symmetry": "sometimes"}])
 def test_restart_replay_bad_option_is_a_clear_error(bad: dict) -> None:
     from toolgym.options import EnvOptionError
 

@@ -170,6 +170,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_opponent: Literal["game", "optimal"] = "game",
         restart_invalid_move: Literal["game", "forfeit"] = "game",
         restart_board: Literal["uniform", "last_unforced"] = "uniform",
+        restart_symmetry: bool = False,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -231,6 +232,10 @@ class TicTacToeEnv(StatefulToolEnv):
                 consulted), where a game lost to a fork was decided: the moves after it are forced. A lost game
                 whose unforced boards were all restarted already (this step) restarts nothing; one that showed
                 none (lost by a missed win or block) draws uniformly; the games that were not lost always do.
+            restart_symmetry: Each board a game restarts from is first turned into one of its 8 rotations and
+                reflections, drawn at random among those no restart of the step has taken (a replayed board keeps
+                the image it was restarted in): a trap lost in one orientation is practised in all of them. The
+                image is in the board's symmetry class, so the held-out split is unchanged.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -255,6 +260,7 @@ class TicTacToeEnv(StatefulToolEnv):
         if restart_board not in ("uniform", "last_unforced"):
             raise ValueError(f"restart_board must be 'uniform' or 'last_unforced', not {restart_board!r}")
         self.restart_invalid_move, self.restart_board = restart_invalid_move, restart_board
+        self.restart_symmetry = bool(restart_symmetry)
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -424,10 +430,11 @@ class TicTacToeEnv(StatefulToolEnv):
         """Games that restart from boards the model was shown in `trajectories` (GRPO's `restart_share`): X to move
         with at least one and at most `restart_max_pieces` marks (so at least two free cells), taken first from games
         it lost (one board per lost game, drawn uniformly among those it faced there, or its last unforced one with
-        `restart_board`), then from the others; each board once. A restart keeps its game's opponent (seed,
-        random-move probability, style, invalid-move rule; `restart_opponent` and `restart_invalid_move` override
-        the probability and the rule) and is marked `start = "restart"`. The outcome chooses: no game value tells
-        which board mattered (`last_unforced` looks only for a win to take or a threat to block).
+        `restart_board`; with `restart_symmetry` a random rotation or reflection of it), then from the others; each
+        board once. A restart keeps its game's opponent (seed, random-move probability, style, invalid-move rule;
+        `restart_opponent` and `restart_invalid_move` override the probability and the rule) and is marked `start =
+        "restart"`. The outcome chooses: no game value tells which board mattered (`last_unforced` looks only for a
+        win to take or a threat to block).
 
         With `restart_replay`, first the groups restarted in `trajectories` score their boards into the replay
         buffer (`_score_restarts`), then `round(restart_replay * n)` of the rows (at most the buffer's size) are
@@ -462,6 +469,10 @@ class TicTacToeEnv(StatefulToolEnv):
                     board = unforced[-1]
                 else:
                     board = rng.choice(fresh)
+                if self.restart_symmetry:  # one of its images no restart of this step has taken (itself included)
+                    images = {"".join(board[p[i]] for i in range(9)) for p in P.SYMMETRIES} - seen
+                    seen.add(board)
+                    board = rng.choice(sorted(images))
                 seen.add(board)
                 row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
                 if self.restart_opponent == "optimal":
@@ -473,12 +484,14 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
-        "forfeit"` and `restart_board = "last_unforced"` act only on restarted groups (GRPO's `restart_share`)."""
+        "forfeit"`, `restart_board = "last_unforced"` and `restart_symmetry` act only on restarted groups (GRPO's
+        `restart_share`)."""
         return [name for name, on in (("restart_replay", bool(self.restart_replay)),
                                       ("restart_max_pieces", self.restart_max_pieces != 7),
                                       ("restart_opponent", self.restart_opponent != "game"),
                                       ("restart_invalid_move", self.restart_invalid_move != "game"),
-                                      ("restart_board", self.restart_board != "uniform")) if on]
+                                      ("restart_board", self.restart_board != "uniform"),
+                                      ("restart_symmetry", self.restart_symmetry)) if on]
 
     def _score_restarts(self, trajectories: list[Any]) -> None:
         """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
