@@ -36,6 +36,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-replay.png": ROOT / "examples" / "tictactoe" / "forced_replay.png",
            "assets/tictactoe-forced-optimal.png": ROOT / "examples" / "tictactoe" / "forced_optimal.png",
            "assets/tictactoe-forced-decisive.png": ROOT / "examples" / "tictactoe" / "forced_decisive.png",
+           "assets/tictactoe-forced-anneal.png": ROOT / "examples" / "tictactoe" / "forced_anneal.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

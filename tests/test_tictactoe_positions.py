@@ -322,7 +322,8 @@ def test_recipe_best_step_picks_the_fewest_periodic_eval_losses() -> None:
 def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
     """`examples/tictactoe/decisions.py`: a move counts for its board's symmetry class and its step's window, and
     is value-keeping when it is among the position's optimal moves (opposite corners around the centre: edges keep
-    the draw, corners lose); games from a restarted board replay from that board; other classes are ignored."""
+    the draw, corners lose) and counted apart when it is the lowest free cell; games from a restarted board replay
+    from that board; other classes are ignored."""
     mod = _recipe_script("decisions")
     trap = "..O.X.O.."
     assert P.analyze(trap).optimal == (1, 3, 5, 7)
@@ -333,8 +334,11 @@ def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
     rollouts = [game(1, ["O2", "X4", "O6", "X1"]), game(3, ["O2", "X4", "O6", "X0", "O8"]),
                 game(12, ["X7"], start=trap), game(12, ["O0", "X4", "O8", "X2"])]  # a mirror image, a corner again
     table = mod.decisions(rollouts, {P.canonical(trap)}, 10)
-    assert table == {(1, P.canonical(trap)): [2, 1], (11, P.canonical(trap)): [2, 1]}
+    assert table == {(1, P.canonical(trap)): [2, 1, 1], (11, P.canonical(trap)): [2, 1, 0]}  # X0: the first free
     assert mod.decisions(rollouts, {P.canonical("....X....")}, 10) == {}
+    every = mod.decisions(rollouts, None, 10)  # None: every class X moved from (here also the corner openings)
+    assert every[(1, P.canonical(trap))] == [2, 1, 1]
+    assert {c for _, c in every} == {P.canonical(trap), P.canonical("O........")}
 
 
 def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:

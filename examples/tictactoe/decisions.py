@@ -1,12 +1,17 @@
 """What a GRPO run's sampled games did at chosen positions: per window of steps, how many moves its games played from
-each symmetry class (X to move) and the share of them that kept the game value. The classes are given, or taken from
-where an eval's lost games were decided (`losses.py`), so "did RL ever try the right reply where greedy play loses?"
-has a number: a class met a few times per window, or always answered the same wrong way, cannot be learnt.
+each symmetry class (X to move), the share of them that kept the game value and the share that took the lowest-numbered
+free cell (the first cell of the free-cell list the prompt and the late start's think text write: a habit of the text,
+not of the board, that is right in some orientations of a class and wrong in others). The classes are given, or taken
+from where an eval's lost games were decided (`losses.py`), so "did RL ever try the right reply where greedy play
+loses?" has a number: a class met a few times per window, or always answered the same wrong way, cannot be learnt.
 
     python examples/tictactoe/decisions.py RUN_DIR [--classes B ...] [--from-eval EVAL_DIR [--top K]] [--window W]
+        [--all]
 
-RUN_DIR: a GRPO run with `save_rollouts = true`. A board is 9 characters (`X`, `O`, `.`), any symmetry of the class.
-Only valid moves count (an invalid call is not a move of the game).
+RUN_DIR: a GRPO run with `save_rollouts = true`, or an eval folder (`results.jsonl`, e.g. sampled one-move tasks:
+`toolgym eval tictactoe -m hf:MODEL -n 0 -r 8 -t 0.7 -a task=move -a kinds=quiet`), read as one window. A board is
+9 characters (`X`, `O`, `.`), any symmetry of the class; `--all`: every class met, with a total row. Only valid moves
+count (an invalid call is not a move of the game).
 """
 
 from __future__ import annotations
@@ -16,24 +21,28 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from toolgym.journal import read_results
 from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 
 
-def decisions(rollouts: Iterable[dict], classes: set[str], window: int) -> dict[tuple[int, str], list[int]]:  # type: ignore[type-arg]
-    """{(first step of the window, class): [moves played there, of which value-keeping]}."""
-    out: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+def decisions(rollouts: Iterable[dict], classes: set[str] | None, window: int) -> dict[tuple[int, str], list[int]]:  # type: ignore[type-arg]
+    """{(first step of the window, class): [moves played there, of which value-keeping, of which the first free
+    cell]}; `classes` None: every class."""
+    out: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rollouts:
         res = (r.get("info") or {}).get("result") or {}
         start = (r.get("info") or {}).get("start") or r.get("task", {}).get("board") or "." * 9
         moves = list(res.get("moves") or [])
         w = (int(r["step"]) - 1) // window * window + 1
         for board, mv in zip(P.replay(start, moves), moves, strict=False):
-            if mv[0] != "X" or (c := P.canonical(board)) not in classes:
+            c = P.canonical(board)
+            if mv[0] != "X" or (classes is not None and c not in classes):
                 continue
             cell = out[(w, c)]
             cell[0] += 1
             cell[1] += int(mv[1:]) in P.analyze(board).optimal
+            cell[2] += int(mv[1:]) == board.index(".")
     return dict(out)
 
 
@@ -44,6 +53,7 @@ def main() -> None:
     ap.add_argument("--from-eval", type=Path, help="also the classes where this eval's lost games were decided")
     ap.add_argument("--top", type=int, default=3, help="how many of those (most losses first)")
     ap.add_argument("--window", type=int, default=10)
+    ap.add_argument("--all", action="store_true", help="every class the games met, and a total row")
     args = ap.parse_args()
     classes = [P.canonical(b) for b in args.classes]
     if args.from_eval:
@@ -54,19 +64,31 @@ def main() -> None:
         spec.loader.exec_module(losses)  # type: ignore[union-attr]
         where = losses.lost_at(args.from_eval)[2]
         classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
+    if (args.run_dir / "results.jsonl").exists():  # an eval: every rollout in one window
+        rollouts = [{"step": 1, "info": t.info, "task": t.task}
+                    for t in read_results(args.run_dir / "results.jsonl").values()]
+        args.window = 1
+    else:
+        rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
+    if args.all:
+        classes += sorted({c for (_, c) in decisions(rollouts, None, args.window)} - set(classes))
     if not classes:
-        raise SystemExit("no class: give --classes or --from-eval")
-    rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
+        raise SystemExit("no class: give --classes, --from-eval or --all")
     last = max((int(r["step"]) for r in rollouts), default=0)
     table = decisions(rollouts, set(classes), args.window)
     steps = sorted({(s - 1) // args.window * args.window + 1 for s in range(1, last + 1)})
-    print(f"{args.run_dir}: moves played from each class per {args.window}-step window (value-keeping %)")
+    print(f"{args.run_dir}: moves played from each class per {args.window}-step window (value-keeping %; "
+          "the first free cell %)")
     print("| class (X to move) | " + " | ".join(f"{w}-{min(w + args.window - 1, last)}" for w in steps) + " |")
     print("|---|" + "---|" * len(steps))
     for c in dict.fromkeys(classes):
-        cells = [table.get((w, c), [0, 0]) for w in steps]
-        row = " | ".join(f"{n} ({100 * k / n:.0f} %)" if n else "0" for n, k in cells)
+        cells = [table.get((w, c), [0, 0, 0]) for w in steps]
+        row = " | ".join(f"{n} ({100 * k / n:.0f} %; {100 * f / n:.0f} %)" if n else "0" for n, k, f in cells)
         print(f"| `{c[:3]}/{c[3:6]}/{c[6:]}` | {row} |")
+    if args.all:
+        cells = [[sum(v[i] for (w2, _), v in table.items() if w2 == w) for i in range(3)] for w in steps]
+        print("| all | " + " | ".join(f"{n} ({100 * k / n:.1f} %; {100 * f / n:.1f} %)" if n else "0"
+                                    for n, k, f in cells) + " |")
 
 
 if __name__ == "__main__":

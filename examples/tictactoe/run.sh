@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -44,6 +44,10 @@
 #           (restart_opponent = optimal; eleventh round of the docs)
 #   forced-decisive  after forced-late: restarts where an invalid move forfeits, from a lost game's last unforced board,
 #           against the optimal opponent and against the game's (twelfth round of the docs)
+#   forced-anneal  after forced-late: forced-decisive's decisive-more arm with one change each -- its whole games'
+#           opponent annealed to optimal, restart boards turned by a random symmetry, a weaker or no KL anchor, games
+#           from three-mark boards, the trappy opponent -- then the start's and one arm's sampled moves on the quiet
+#           three-mark boards (thirteenth round of the docs)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -507,6 +511,61 @@ case "${1:-}" in
     C=(); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     [ -d $N/late-optimal ] && C=(late-optimal=$N/late-optimal "${C[@]}")
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_decisive.png ;;
+  forced-anneal)  # thirteenth round (docs: "Thirteenth round"): the twelfth round's next steps on decisive-more
+    # (three quarters of the groups restarted from decisive boards vs the optimal opponent, invalid moves forfeiting):
+    # decisive-anneal (the whole games' opponent annealed to optimal -- random-move probability up to 1 / 0.5 / 0 from
+    # steps 0 / 20 / 40 -- instead of 0-1 throughout) and decisive-sym (each restart board turned into a random one of
+    # its 8 rotations and reflections: decisive-more's test losses were at the traps in orientations its sampled moves
+    # met less often); then decisive-sym with seed 1, and with a fifth of the KL anchor (kl_coef 0.01: the anchor is the
+    # start, whose quiet moves are uniform, so it pulls every trap decision back toward chance); then with no anchor
+    # (kl0), and kl01 with half of its whole games started from quiet training boards of the opponent's second move,
+    # where the traps are (kl01-traps, as the ninth round's late-traps); then kl01 with seeds 1 and 2, and kl01 with
+    # the trappy opponent in its training games (its minimax moves leave the traps; the evals stay uniform, so the
+    # opposite-corners trap, the rarest board in training, is met more often). Each evaluated like the twelfth
+    # round's arms, then its best checkpoint and its step-60 model also on a second fresh seed (1618).
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-anneal continues run.sh forced-late's start: run that first"; exit 2; }
+    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
+       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal)
+    A=(decisive-anneal decisive-sym decisive-sym-seed1 decisive-sym-kl01 decisive-sym-kl0 decisive-sym-kl01-traps
+       decisive-sym-kl01-seed1 decisive-sym-kl01-trappy decisive-sym-kl01-seed2)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        decisive-anneal) S=(-s "task_schedule=[$(p 0 1.0), $(p 20 0.5), $(p 40 0.0)]") ;;
+        decisive-sym) S=(-s env_args.restart_symmetry=true) ;;
+        decisive-sym-seed[123]) S=(-s env_args.restart_symmetry=true -s seed=${a#decisive-sym-seed}) ;;
+        decisive-sym-kl01) S=(-s env_args.restart_symmetry=true -s kl_coef=0.01) ;;
+        decisive-sym-kl0) S=(-s env_args.restart_symmetry=true -s kl_coef=0) ;;
+        decisive-sym-kl01-seed[12]) S=(-s env_args.restart_symmetry=true -s kl_coef=0.01
+                                       -s seed=${a#decisive-sym-kl01-seed}) ;;
+        decisive-sym-kl01-trappy) S=(-s env_args.restart_symmetry=true -s kl_coef=0.01 -s env_args.opponent_style=trappy
+                                     -s eval_env_args.opponent_style=uniform) ;;
+        decisive-sym-kl01-traps) S=(-s env_args.restart_symmetry=true -s kl_coef=0.01 -s env_args.position_share=0.5
+                                    -s env_args.split=train -s env_args.kinds=quiet -s "env_args.position_pieces=[3]"
+                                    -s eval_env_args.position_share=0 -s eval_env_args.split=all
+                                    -s eval_env_args.kinds=all -s eval_env_args.position_pieces=null) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
+        "${S[@]}" --resume
+      arm_evals $a $N/$a
+      python $X/restarts.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      n=$(python $X/best_step.py $N/$a/metrics.jsonl)
+      for m in "$a-best:$N/$a/checkpoints/step_$(printf %06d $n)/model" "$a:$N/$a/final"; do
+        toolgym eval tictactoe -m "hf:${m#*:}" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 -a transport=inprocess \
+          -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/forced-${m%%:*}-games200b-optimal" --resume
+      done
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    # the start's and kl01's sampled moves (T 0.7, 8 each) on the quiet three-mark boards: value-keeping, first free cell
+    for m in late-sft:$N/sft2/final decisive-sym-kl01:$N/decisive-sym-kl01/final; do
+      toolgym eval tictactoe -m "hf:${m#*:}" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
+        -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/forced-${m%%:*}-sampled-quiet3" --resume
+      python $X/decisions.py "$R/eval/forced-${m%%:*}-sampled-quiet3" --all --classes ....XO.O. ....XOO.. ..O.X.O..
+    done
+    C=(decisive-more=$N/decisive-more); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_anneal.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -525,5 +584,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-default|table"; exit 2 ;;
 esac
