@@ -70,12 +70,12 @@ def main() -> None:
         args.window = 1
     else:
         rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
+    table = decisions(rollouts, None if args.all else set(classes), args.window)
     if args.all:
-        classes += sorted({c for (_, c) in decisions(rollouts, None, args.window)} - set(classes))
+        classes += sorted({c for (_, c) in table} - set(classes))
     if not classes:
         raise SystemExit("no class: give --classes, --from-eval or --all")
     last = max((int(r["step"]) for r in rollouts), default=0)
-    table = decisions(rollouts, set(classes), args.window)
     steps = sorted({(s - 1) // args.window * args.window + 1 for s in range(1, last + 1)})
     print(f"{args.run_dir}: moves played from each class per {args.window}-step window (value-keeping %; "
           "the first free cell %)")

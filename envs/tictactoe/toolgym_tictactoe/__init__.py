@@ -470,9 +470,9 @@ class TicTacToeEnv(StatefulToolEnv):
                 else:
                     board = rng.choice(fresh)
                 if self.restart_symmetry:  # one of its images no restart of this step has taken (itself included)
-                    images = {"".join(board[p[i]] for i in range(9)) for p in P.SYMMETRIES} - seen
+                    untaken = P.images(board) - seen
                     seen.add(board)
-                    board = rng.choice(sorted(images))
+                    board = rng.choice(sorted(untaken))
                 seen.add(board)
                 row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
                 if self.restart_opponent == "optimal":

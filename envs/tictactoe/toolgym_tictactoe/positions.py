@@ -68,9 +68,14 @@ SYMMETRIES: tuple[tuple[int, ...], ...] = tuple(
 )
 
 
+def images(board: str) -> set[str]:
+    """A board's images under the 8 rotations and reflections (fewer when the board is itself symmetric)."""
+    return {"".join(board[p[i]] for i in range(9)) for p in SYMMETRIES}
+
+
 def canonical(board: str) -> str:
     """The smallest of a board's 8 images under rotation and reflection: one name per symmetry class."""
-    return min("".join(board[p[i]] for i in range(9)) for p in SYMMETRIES)
+    return min(images(board))
 
 
 def is_heldout(board: str, share: float = HELDOUT_SHARE) -> bool:
