@@ -37,6 +37,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-optimal.png": ROOT / "examples" / "tictactoe" / "forced_optimal.png",
            "assets/tictactoe-forced-decisive.png": ROOT / "examples" / "tictactoe" / "forced_decisive.png",
            "assets/tictactoe-forced-anneal.png": ROOT / "examples" / "tictactoe" / "forced_anneal.png",
+           "assets/tictactoe-forced-shuffled.png": ROOT / "examples" / "tictactoe" / "forced_shuffled.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

@@ -585,3 +585,41 @@ async def test_imperfect_teacher_free_list_names_the_free_cells_before_a_random_
     assert _unreasoned(board, "track", 5).endswith("\nI'll play somewhere free. I play 5.")
     assert _unreasoned(board, "track", 5, free_list=True).endswith("\nI'll play somewhere free: 2 5 8. I play 5.")
     assert _unreasoned(board, "none", 5, free_list=True) == "Free: 2 5 8. I play 5."
+    assert _unreasoned(board, "none", 5, free_list=True, order=[8, 2, 5]) == "Free: 8 2 5. I play 5."
+
+
+@pytest.mark.anyio
+async def test_imperfect_teacher_free_order_shuffled_lists_the_free_cells_in_random_orders() -> None:
+    """`free_order=shuffled`: each listed set is still exactly the board's free cells, but in orders that vary, and
+    the played cell is not tied to a place in the list (the board order made the first listed cell the lowest free
+    one, a habit RL sharpened). Without `free_list` the option is refused."""
+    import re
+
+    from toolgym_tictactoe import board_from_messages
+
+    env = TicTacToeEnv(transport="inprocess")
+    tasks = env.build_dataset(24, seed=5)
+    async with env:
+        trajs = await run_rollouts(env, load_policy("scripted:imperfect", env, mistake_prob=1.0, mistakes="quiet",
+                                                    think="track", free_list=True, free_order="shuffled", seed=3),
+                                   [(i, 0, t) for i, t in enumerate(tasks)])
+    listed = ascending = first = 0
+    for t in trajs:
+        assert t.error is None
+        for i, m in enumerate(t.messages):
+            found = re.search(r"somewhere free: ([0-9 ]+)\. I play (\d)\.$", m.get("reasoning_content") or "")
+            if m["role"] != "assistant" or found is None:
+                continue
+            cells = [int(c) for c in found.group(1).split()]
+            board = board_from_messages(t.messages[:i])
+            assert sorted(cells) == [j for j, c in enumerate(board) if c == "."]
+            if len(cells) >= 3:
+                listed += 1
+                ascending += cells == sorted(cells)
+                first += int(found.group(2)) == cells[0]
+    assert listed > 30
+    assert ascending < listed / 2 and first < listed / 2  # board order: every list ascending
+    with pytest.raises(ValueError, match="free_order"):
+        load_policy("scripted:imperfect", env, free_order="shuffled")
+    with pytest.raises(ValueError, match="free_order"):
+        load_policy("scripted:imperfect", env, free_list=True, free_order="sorted")

@@ -11,12 +11,15 @@ loses?" has a number: a class met a few times per window, or always answered the
 RUN_DIR: a GRPO run with `save_rollouts = true`, or an eval folder (`results.jsonl`, e.g. sampled one-move tasks:
 `toolgym eval tictactoe -m hf:MODEL -n 0 -r 8 -t 0.7 -a task=move -a kinds=quiet`), read as one window. A board is
 9 characters (`X`, `O`, `.`), any symmetry of the class; `--all`: every class met, with a total row. Only valid moves
-count (an invalid call is not a move of the game).
+count (an invalid call is not a move of the game). An eval folder also gets the share of moves that took the first
+cell of the model's own think-text list ("I'll play somewhere free: 5 0 3. I play 5."), which is the lowest free cell
+when the start's teacher wrote the list in board order and any cell when it wrote it shuffled (`free_order`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -46,6 +49,24 @@ def decisions(rollouts: Iterable[dict], classes: set[str] | None, window: int) -
     return dict(out)
 
 
+LISTED = re.compile(r"somewhere free: ([0-9 ]+)\. I play (\d)\.")
+
+
+def first_listed(messages_per_task: Iterable[list[dict]]) -> tuple[int, int, int]:  # type: ignore[type-arg]
+    """Over one-move tasks' messages: (moves whose think text lists free cells, of which the move is the first listed,
+    of which the first listed is the lowest listed)."""
+    n = first = lowest = 0
+    for messages in messages_per_task:
+        text = next((m.get("reasoning_content") or "" for m in messages if m["role"] == "assistant"), "")
+        if (found := LISTED.search(text)) is None:
+            continue
+        cells = [int(c) for c in found.group(1).split()]
+        n += 1
+        first += int(found.group(2)) == cells[0]
+        lowest += cells[0] == min(cells)
+    return n, first, lowest
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", type=Path)
@@ -65,9 +86,13 @@ def main() -> None:
         where = losses.lost_at(args.from_eval)[2]
         classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
     if (args.run_dir / "results.jsonl").exists():  # an eval: every rollout in one window
-        rollouts = [{"step": 1, "info": t.info, "task": t.task}
-                    for t in read_results(args.run_dir / "results.jsonl").values()]
+        results = list(read_results(args.run_dir / "results.jsonl").values())
+        rollouts = [{"step": 1, "info": t.info, "task": t.task} for t in results]
         args.window = 1
+        n, first, lowest = first_listed(t.messages for t in results)
+        if n:
+            print(f"{n} of {len(results)} moves listed free cells in their think text: the first listed played "
+                  f"{100 * first / n:.1f} %, the first listed the lowest {100 * lowest / n:.1f} %")
     else:
         rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
     table = decisions(rollouts, None if args.all else set(classes), args.window)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -48,6 +48,8 @@
 #           opponent annealed to optimal, restart boards turned by a random symmetry, a weaker or no KL anchor, games
 #           from three-mark boards, the trappy opponent -- then the start's and one arm's sampled moves on the quiet
 #           three-mark boards (thirteenth round of the docs)
+#   forced-shuffled  forced-late's start rebuilt with the free-cell lists in a random order, then forced-anneal's kl01 arm
+#           (three seeds), the same at kl_coef 0.05 and with the policy gradient on every token (fourteenth round)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -566,6 +568,76 @@ case "${1:-}" in
     done
     C=(decisive-more=$N/decisive-more); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_anneal.png ;;
+  forced-shuffled)  # fourteenth round (docs: "Fourteenth round"): the late start rebuilt with its free-cell lists in a
+    # random order (free_order=shuffled), everything else as forced-late (same teacher, seeds, mix and two SFT epochs
+    # from the retry start): the board order made the first listed cell the lowest free one, and RL sharpened that
+    # place in the list into the answer (thirteenth round). Then the thirteenth round's kl01 arm (decisive-more with
+    # symmetric restarts and kl_coef 0.01) with seeds 0, 1 and 2, the same at the default kl_coef 0.05, and kl01 with
+    # the policy gradient on every sampled token (pg_tokens=all: the shuffled list, where the choice is now written,
+    # is outside the "answer" tokens) with seeds 0 and 1, each evaluated as the thirteenth round's arms, and the
+    # start's and kl01's sampled moves on the quiet three-mark boards; then every run's last three checkpoints averaged
+    # (average.py). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
+    N=$R/forced-shuffled
+    mkdir -p $N
+    [ -d $R/forced-retry/sft/final ] || { echo "forced-shuffled continues run.sh forced-retry's start: run that first"; exit 2; }
+    SH=(--teacher-arg free_list=true --teacher-arg free_order=shuffled)
+    if [ ! -d $N/sft2/final ]; then
+      [ -f $N/positions.jsonl ] || toolgym synth tictactoe "${FT[@]}" "${SH[@]}" -a task=move -a split=train -n 0 \
+        -o $N/positions.jsonl
+      [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" "${SH[@]}" \
+        --teacher-arg invalid_prob=0.3 --teacher-arg invalid_last_prob=0.5 -a min_random_move_prob=0 \
+        -a max_random_move_prob=1 -a num_groups=4 -n 1500 --seed 1 --drop-if heldout_visits --failed-turns context \
+        -o $N/games.jsonl
+      [ -f $N/late.jsonl ] || python $X/late_data.py $N/positions.jsonl $N/late.jsonl $N/games.jsonl
+      [ -d $N/sft/final ] || timed forced-shuffled-sft long toolgym sft $X/late_sft.toml -s output_dir=$N/sft \
+        -d $N/late.jsonl --resume
+      timed forced-shuffled-sft2 long toolgym sft $X/late_sft.toml -s model=$N/sft/final -s output_dir=$N/sft2 -s seed=1 \
+        -d $N/late.jsonl --resume
+    fi
+    rl_evals forced-shuffled-sft $N/sft2/final 2718
+    python $X/losses.py $R/eval/forced-shuffled-sft-games200-optimal
+    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
+       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal -s env_args.restart_symmetry=true)
+    A=(shuffled-kl01 shuffled-kl05 shuffled-kl01-seed1 shuffled-kl01-seed2 shuffled-all shuffled-all-seed1)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        shuffled-kl01) S=(-s kl_coef=0.01) ;;
+        shuffled-kl05) S=(-s kl_coef=0.05) ;;
+        shuffled-kl01-seed[12]) S=(-s kl_coef=0.01 -s seed=${a#shuffled-kl01-seed}) ;;
+        shuffled-all) S=(-s kl_coef=0.01 -s pg_tokens=all) ;;
+        shuffled-all-seed1) S=(-s kl_coef=0.01 -s pg_tokens=all -s seed=1) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
+        "${S[@]}" --resume
+      arm_evals $a $N/$a
+      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      n=$(python $X/best_step.py $N/$a/metrics.jsonl)
+      for m in "$a-best:$N/$a/checkpoints/step_$(printf %06d $n)/model" "$a:$N/$a/final"; do
+        [ "${m%%:*}" = "$a-best" ] && [ "$n" = 60 ] && continue
+        toolgym eval tictactoe -m "hf:${m#*:}" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 -a transport=inprocess \
+          -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/forced-${m%%:*}-games200b-optimal" --resume
+      done
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    # each run's last three checkpoints averaged (average.py: steps 40, 50, 60), also the thirteenth round's kl01 seeds,
+    # against the optimal opponent on both fresh seeds
+    for rd in "${A[@]/#/$N/}" $R/forced-late/decisive-sym-kl01 $R/forced-late/decisive-sym-kl01-seed1 \
+              $R/forced-late/decisive-sym-kl01-seed2; do
+      [ -f $rd/avg40-60/model.safetensors ] || python $X/average.py $rd $rd/avg40-60 --steps 40 50 60
+      for s in 2718:games200 1618:games200b; do
+        toolgym eval tictactoe -m "hf:$rd/avg40-60" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed ${s%%:*} \
+          -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
+          -o "$R/eval/forced-$(basename $rd)-avg-${s#*:}-optimal" --resume
+      done
+    done
+    for m in shuffled-sft:$N/sft2/final shuffled-kl01:$N/shuffled-kl01/final; do
+      toolgym eval tictactoe -m "hf:${m#*:}" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
+        -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/forced-${m%%:*}-sampled-quiet3" --resume
+      python $X/decisions.py "$R/eval/forced-${m%%:*}-sampled-quiet3" --all --classes ....XO.O. ....XOO.. ..O.X.O..
+    done
+    C=(decisive-sym-kl01=$R/forced-late/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-shuffled-sft-games200-optimal -o $X/forced_shuffled.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -584,5 +656,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-default|table"; exit 2 ;;
 esac

@@ -954,11 +954,18 @@ MISTAKES = ("any", "quiet")
 it always takes an immediate win, else blocks, and plays a uniformly random free cell elsewhere)."""
 
 
-def _unreasoned(board: str, think: str, cell: int, free_list: bool = False) -> str:
+FREE_ORDERS = ("board", "shuffled")
+"""The order of the free-cell list of `free_list`: the board's (lowest cell first) or a fresh random one each move."""
+
+
+def _unreasoned(board: str, think: str, cell: int, free_list: bool = False,
+                order: list[int] | None = None) -> str:
     """The think text of a cell played without a reason (a random quiet move, or the invalid call before a retry).
     `free_list` names the free cells before the cell (`I'll play somewhere free: 2 7. I play 7.`), each copied from
-    the scan's row lines, so the cell is one of a few just written rather than recalled from the whole board."""
-    free = ": " + " ".join(str(i) for i, c in enumerate(board) if c == ".") if free_list else ""
+    the scan's row lines, so the cell is one of a few just written rather than recalled from the whole board.
+    `order`: the free cells in the order to list them (default: the board's)."""
+    cells = [i for i, c in enumerate(board) if c == "."] if order is None else order
+    free = ": " + " ".join(str(i) for i in cells) if free_list else ""
     if think == "none":
         return f"Free{free}. I play {cell}." if free_list else f"I play {cell}."
     return f"{scan_lines(board, think)}\nI'll play somewhere free{free}. I play {cell}."
@@ -967,6 +974,7 @@ def _unreasoned(board: str, think: str, cell: int, free_list: bool = False) -> s
 def _minimax_player(  # type: ignore[no-untyped-def]
     mistake_prob: float, seed: int | None = None, tie_break: str = "preference", think: str = "scan",
     mistakes: str = "any", invalid_prob: float = 0.0, invalid_last_prob: float | None = None, free_list: bool = False,
+    free_order: str = "board",
 ):
     """Reads the board from the latest tool/user message and plays via `make_move`. With `mistake_prob` it plays a
     random free cell instead of a best one (1.0 = the random player, 0.0 = the minimax expert). `tie_break` picks
@@ -979,7 +987,8 @@ def _minimax_player(  # type: ignore[no-untyped-def]
     the error, the move it would have played: teacher games that show a recovery (`toolgym synth --failed-turns
     context` keeps the invalid turn out of the loss). `invalid_last_prob` (default `invalid_prob`): that probability
     on a board with one free cell, where games are rare but a player that misreads the board loses a draw.
-    `free_list`: a random cell's think text lists the free cells first (`_unreasoned`)."""
+    `free_list`: a random cell's think text lists the free cells first (`_unreasoned`), in the board's order or, with
+    `free_order="shuffled"`, a random one drawn per move (so no place in the list goes with any cell)."""
     for name, prob in (("invalid_prob", invalid_prob), ("invalid_last_prob", invalid_last_prob)):
         if prob is not None and not 0.0 <= prob <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], not {prob}")
@@ -989,6 +998,10 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         raise ValueError(f"tie_break must be 'preference', 'random' or 'exploit', not {tie_break!r}")
     if think not in THINK_FORMATS:
         raise ValueError(f"think must be one of {THINK_FORMATS}, not {think!r}")
+    if free_order not in FREE_ORDERS:
+        raise ValueError(f"free_order must be one of {FREE_ORDERS}, not {free_order!r}")
+    if free_order != "board" and not free_list:
+        raise ValueError("free_order needs free_list=true (it orders that list)")
     from mcp_server_tictactoe import game as g
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
@@ -1000,15 +1013,16 @@ def _minimax_player(  # type: ignore[no-untyped-def]
         if not free:
             return AssistantTurn(content="The game is over.", reasoning="No free cells.")
         taken = [i for i in range(9) if i not in free]
+        order = rng.sample(free, len(free)) if free_order == "shuffled" else None
         retrying = bool(messages) and messages[-1].get("role") == "tool" and parse_board(messages[-1]["content"]) is None
         p_invalid = invalid_last_prob if len(free) == 1 and invalid_last_prob is not None else invalid_prob
         if p_invalid > 0 and taken and not retrying and rng.random() < p_invalid:
             cell = rng.choice(taken)  # an occupied cell: the error the next turn recovers from
-            return AssistantTurn(content="", reasoning=_unreasoned(board, think, cell, free_list),
+            return AssistantTurn(content="", reasoning=_unreasoned(board, think, cell, free_list, order),
                                  tool_calls=[call("make_move", position=cell)])
         if (mistakes == "any" or forced_move(board) is None) and rng.random() < mistake_prob:
             cell = rng.choice(free)
-            why = _unreasoned(board, think, cell, free_list)
+            why = _unreasoned(board, think, cell, free_list, order)
         else:
             cell, why = explain_best_move(board, tie_break, rng, think)
         return AssistantTurn(content="", reasoning=why, tool_calls=[call("make_move", position=cell)])
@@ -1039,7 +1053,8 @@ def random_player(env: Any, /, seed: int | None = None) -> ScriptedPolicy:
 
 def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = None, tie_break: str = "preference",
                      think: str = "scan", mistakes: str = "any", invalid_prob: float = 0.0,
-                     invalid_last_prob: float | None = None, free_list: bool = False) -> ScriptedPolicy:
+                     invalid_last_prob: float | None = None, free_list: bool = False,
+                     free_order: str = "board") -> ScriptedPolicy:
     """`scripted:imperfect`: the minimax expert that plays a random free cell with probability `mistake_prob`.
 
     Args:
@@ -1053,10 +1068,11 @@ def imperfect_player(env: Any, /, mistake_prob: float = 0.2, seed: int | None = 
             (recovery data; pair with `toolgym synth --failed-turns context`).
         invalid_last_prob: The same on a board with one free cell (default: invalid_prob).
         free_list: Whether a random cell's think text first lists the free cells ("I'll play somewhere free: 2 7.").
+        free_order: The order of that list: "board" (lowest cell first) or "shuffled" (a random order per move).
     """
     last = None if invalid_last_prob is None else float(invalid_last_prob)
     return ScriptedPolicy(_minimax_player(float(mistake_prob), seed, tie_break, think, mistakes, float(invalid_prob),
-                                          last, bool(free_list)), "scripted:imperfect")
+                                          last, bool(free_list), str(free_order)), "scripted:imperfect")
 
 
 def load_environment(**kwargs: Any) -> TicTacToeEnv:
