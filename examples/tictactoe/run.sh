@@ -620,10 +620,17 @@ case "${1:-}" in
       done
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
-    # each run's last three checkpoints averaged (average.py: steps 40, 50, 60), also the thirteenth round's kl01 seeds,
-    # against the optimal opponent on both fresh seeds
-    for rd in "${A[@]/#/$N/}" $R/forced-late/decisive-sym-kl01 $R/forced-late/decisive-sym-kl01-seed1 \
-              $R/forced-late/decisive-sym-kl01-seed2; do
+    # each run's last three checkpoints averaged (average.py: steps 40, 50, 60), also the twelfth and thirteenth
+    # rounds' runs with seeds, against the optimal opponent on both fresh seeds (and the twelfth round's step-60 models
+    # on the second seed, which that round did not play)
+    for a in late-decisive decisive-game decisive-seed1 decisive-seed2 decisive-seed3; do
+      toolgym eval tictactoe -m "hf:$R/forced-late/$a/final" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 \
+        -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
+        -o "$R/eval/forced-$a-games200b-optimal" --resume
+    done
+    for rd in "${A[@]/#/$N/}" $R/forced-late/{late-decisive,decisive-seed1,decisive-seed2,decisive-seed3,decisive-game} \
+              $R/forced-late/{decisive-more,decisive-anneal,decisive-sym,decisive-sym-seed1} \
+              $R/forced-late/{decisive-sym-kl01,decisive-sym-kl01-seed1,decisive-sym-kl01-seed2}; do
       [ -f $rd/avg40-60/model.safetensors ] || python $X/average.py $rd $rd/avg40-60 --steps 40 50 60
       for s in 2718:games200 1618:games200b; do
         toolgym eval tictactoe -m "hf:$rd/avg40-60" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed ${s%%:*} \
