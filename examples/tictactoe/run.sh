@@ -575,8 +575,8 @@ case "${1:-}" in
     # symmetric restarts and kl_coef 0.01) with seeds 0, 1 and 2, the same at the default kl_coef 0.05, and kl01 with
     # the policy gradient on every sampled token (pg_tokens=all: the shuffled list, where the choice is now written,
     # is outside the "answer" tokens) with seeds 0 and 1, each evaluated as the thirteenth round's arms, and the
-    # start's and kl01's sampled moves on the quiet three-mark boards; then every run's last three checkpoints averaged
-    # (average.py). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
+    # start's, kl01's and shuffled-all's sampled moves on the quiet three-mark boards; then every run's last three
+    # checkpoints averaged (average.py). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-shuffled
     mkdir -p $N
     [ -d $R/forced-retry/sft/final ] || { echo "forced-shuffled continues run.sh forced-retry's start: run that first"; exit 2; }
@@ -638,7 +638,7 @@ case "${1:-}" in
           -o "$R/eval/forced-$(basename $rd)-avg-${s#*:}-optimal" --resume
       done
     done
-    for m in shuffled-sft:$N/sft2/final shuffled-kl01:$N/shuffled-kl01/final; do
+    for m in shuffled-sft:$N/sft2/final shuffled-kl01:$N/shuffled-kl01/final shuffled-all:$N/shuffled-all/final; do
       toolgym eval tictactoe -m "hf:${m#*:}" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
         -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/forced-${m%%:*}-sampled-quiet3" --resume
       python $X/decisions.py "$R/eval/forced-${m%%:*}-sampled-quiet3" --all --classes ....XO.O. ....XOO.. ..O.X.O..
