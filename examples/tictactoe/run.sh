@@ -84,6 +84,15 @@ rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 g
       -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
   done
 }
+optimal200() {  # optimal200 NAME MODEL_DIR SEED: 200 greedy games vs the optimal opponent on SEED -> eval/NAME
+  toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
+    -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/$1" --resume
+}
+sampled3() {  # sampled3 NAME MODEL_DIR: 8 moves at T 0.7 on each quiet three-mark board, then decisions.py on them
+  toolgym eval tictactoe -m "hf:$2" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
+    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1" --resume
+  python $X/decisions.py "$R/eval/$1" --all --classes ....XO.O. ....XOO.. ..O.X.O..
+}
 arm_evals() {  # arm_evals ARM RUN_DIR: rl_evals of the step-60 model on seed 2718 and where its games were lost,
   # then the same for the best periodic-eval checkpoint (best_step.py: fewest losses on the periodic eval's own seeds)
   rl_evals forced-$1 $2/final 2718
@@ -499,9 +508,7 @@ case "${1:-}" in
       case $a in decisive-game|decisive-cosine|decisive-forfeit) continue ;; esac
       # late-decisive's kind: its best checkpoint's 200 games vs the optimal opponent again on a second fresh seed
       n=$(python $X/best_step.py $N/$a/metrics.jsonl)
-      toolgym eval tictactoe -m "hf:$N/$a/checkpoints/step_$(printf %06d $n)/model" -n 200 -c 64 -t 0 \
-        --max-tokens $MAXTOK --seed 1618 -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
-        -o "$R/eval/forced-$a-best-games200b-optimal" --resume
+      optimal200 forced-$a-best-games200b-optimal $N/$a/checkpoints/step_$(printf %06d $n)/model 1618
       if [ $a = decisive-more ]; then   # the steadiest arm: 30 more steps (a resume: the buffer starts empty)
         timed forced-$a-90 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a \
           "${D[@]}" "${S[@]}" -s max_steps=90 --resume
@@ -555,16 +562,13 @@ case "${1:-}" in
       python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
       n=$(python $X/best_step.py $N/$a/metrics.jsonl)
       for m in "$a-best:$N/$a/checkpoints/step_$(printf %06d $n)/model" "$a:$N/$a/final"; do
-        toolgym eval tictactoe -m "hf:${m#*:}" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 -a transport=inprocess \
-          -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/forced-${m%%:*}-games200b-optimal" --resume
+        optimal200 "forced-${m%%:*}-games200b-optimal" "${m#*:}" 1618
       done
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     # the start's and kl01's sampled moves (T 0.7, 8 each) on the quiet three-mark boards: value-keeping, first free cell
     for m in late-sft:$N/sft2/final decisive-sym-kl01:$N/decisive-sym-kl01/final; do
-      toolgym eval tictactoe -m "hf:${m#*:}" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
-        -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/forced-${m%%:*}-sampled-quiet3" --resume
-      python $X/decisions.py "$R/eval/forced-${m%%:*}-sampled-quiet3" --all --classes ....XO.O. ....XOO.. ..O.X.O..
+      sampled3 "forced-${m%%:*}-sampled-quiet3" "${m#*:}"
     done
     C=(decisive-more=$N/decisive-more); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_anneal.png ;;
@@ -615,8 +619,7 @@ case "${1:-}" in
       n=$(python $X/best_step.py $N/$a/metrics.jsonl)
       for m in "$a-best:$N/$a/checkpoints/step_$(printf %06d $n)/model" "$a:$N/$a/final"; do
         [ "${m%%:*}" = "$a-best" ] && [ "$n" = 60 ] && continue
-        toolgym eval tictactoe -m "hf:${m#*:}" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 -a transport=inprocess \
-          -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/forced-${m%%:*}-games200b-optimal" --resume
+        optimal200 "forced-${m%%:*}-games200b-optimal" "${m#*:}" 1618
       done
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
@@ -624,24 +627,18 @@ case "${1:-}" in
     # rounds' runs with seeds, against the optimal opponent on both fresh seeds (and the twelfth round's step-60 models
     # on the second seed, which that round did not play)
     for a in late-decisive decisive-game decisive-seed1 decisive-seed2 decisive-seed3; do
-      toolgym eval tictactoe -m "hf:$R/forced-late/$a/final" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed 1618 \
-        -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
-        -o "$R/eval/forced-$a-games200b-optimal" --resume
+      optimal200 forced-$a-games200b-optimal $R/forced-late/$a/final 1618
     done
     for rd in "${A[@]/#/$N/}" $R/forced-late/{late-decisive,decisive-seed1,decisive-seed2,decisive-seed3,decisive-game} \
               $R/forced-late/{decisive-more,decisive-anneal,decisive-sym,decisive-sym-seed1} \
               $R/forced-late/{decisive-sym-kl01,decisive-sym-kl01-seed1,decisive-sym-kl01-seed2}; do
       [ -f $rd/avg40-60/model.safetensors ] || python $X/average.py $rd $rd/avg40-60 --steps 40 50 60
       for s in 2718:games200 1618:games200b; do
-        toolgym eval tictactoe -m "hf:$rd/avg40-60" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed ${s%%:*} \
-          -a transport=inprocess -a min_random_move_prob=0 -a max_random_move_prob=0 \
-          -o "$R/eval/forced-$(basename $rd)-avg-${s#*:}-optimal" --resume
+        optimal200 "forced-$(basename $rd)-avg-${s#*:}-optimal" $rd/avg40-60 "${s%%:*}"
       done
     done
     for m in shuffled-sft:$N/sft2/final shuffled-kl01:$N/shuffled-kl01/final shuffled-all:$N/shuffled-all/final; do
-      toolgym eval tictactoe -m "hf:${m#*:}" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
-        -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/forced-${m%%:*}-sampled-quiet3" --resume
-      python $X/decisions.py "$R/eval/forced-${m%%:*}-sampled-quiet3" --all --classes ....XO.O. ....XOO.. ..O.X.O..
+      sampled3 "forced-${m%%:*}-sampled-quiet3" "${m#*:}"
     done
     C=(decisive-sym-kl01=$R/forced-late/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-shuffled-sft-games200-optimal -o $X/forced_shuffled.png ;;
