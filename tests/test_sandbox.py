@@ -269,6 +269,22 @@ def test_warm_pool_hands_out_prestarted_servers(sandbox_root: Path) -> None:
     assert _left(sandbox_root) == [] and _server_procs() == []
 
 
+def test_closing_while_the_warm_pool_is_still_starting_leaves_no_server_running(sandbox_root: Path) -> None:
+    """A run that ends (or fails) while its prestarted stdio servers are still connecting: `aclose` cancels the
+    starts, and returns only once their children are reaped inside the loop -- before the fix, they were left
+    running and collected after the loop closed (pytest's unraisable "Event loop is closed" warning)."""
+    async def go(delay: float) -> list[psutil.Process]:
+        provider = SessionProvider(_flaky_spec(prestart=2), scope="rollout")
+        provider._refill()  # what acquire() and env.start() do: the starts run as background tasks
+        await asyncio.sleep(delay)
+        await provider.aclose()
+        return _server_procs()
+
+    for delay in (0.0, 0.05, 0.3):
+        assert asyncio.run(go(delay)) == [], delay
+    assert _left(sandbox_root) == []
+
+
 def _config(tmp_path: Path, tasks: list[dict[str, Any]], server: str = "", extra: str = "",
             scope: str = "rollout") -> str:
     """A config env on the flaky stdio server; `server` lines go in `[server]` (from line 9), then `extra` tables."""

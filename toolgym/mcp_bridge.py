@@ -494,9 +494,10 @@ class MCPSession:
         except TimeoutError:
             await session.close()
             raise ToolCallError(f"could not connect to MCP server {spec.describe()} within {timeout}s") from None
-        except BaseException:  # the caller was cancelled while connecting: stop the session (and its stdio child)
-            session._stop.set()
-            session._owner.cancel()
+        except BaseException:  # the caller was cancelled while connecting: stop the session and wait for it, so its
+            session._stop.set()  # stdio child is reaped inside this loop (not left running, nor collected after the
+            session._owner.cancel()  # loop closed)
+            await asyncio.wait({session._owner}, timeout=timeout)
             raise
         if session._open_error is not None:
             if isinstance(session._open_error, SandboxError | ServerStartError):
