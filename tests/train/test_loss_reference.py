@@ -295,6 +295,7 @@ def _trainer(kind: str, kl_coef: float, scale: bool, micro_batch_size: int, tmp_
     tr.model, tr.ref, tr.is_lora = Table(LOGP), Table(REF), False
     tr.opt, tr.sched = Recorder(tr.model.table), SimpleNamespace(step=lambda: None)
     tr.pad, tr.dev = 0, torch.device("cpu")
+    tr.ema = None  # no weight average (ema_decay 0)
     tr._logp = lambda model, b: model.table[b.ids[:, 0] - 1000, : b.ids.shape[1]]
     tr.policy = SimpleNamespace(weights_changed=lambda: None)  # update() ends with the sampler's sync
     return tr

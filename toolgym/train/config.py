@@ -126,6 +126,10 @@ class GRPOConfig(ModelTrainConfig):
     save_rollouts: bool = Field(False, description="Append every rollout of every step (task, messages, calls, "
         "rewards, metrics; no tokens) to OUTPUT/rollouts.jsonl.gz, one gzip member per step: what the run's games "
         "visited, for analyses after training.")
+    ema_decay: float = Field(0.0, ge=0, lt=1, description="Keep an exponential moving average of the trained "
+        "weights, updated after every optimizer step (ema = decay * ema + (1 - decay) * weights: about "
+        "1 / (1 - decay) steps, 0.9 = ten); the sampler keeps the live weights, while periodic evals, `final/` and "
+        "each checkpoint's `ema/` hold the average (`final_live/`: the last weights). 0 = off.")
     eval_every: int = Field(0, ge=0, description="Every N steps run a greedy eval on eval_examples fresh tasks (0 = off).")
     eval_examples: int = Field(32, ge=1, description="Tasks per periodic eval.")
     eval_env_args: dict[str, Any] = Field(default_factory=dict, description="Env argument overrides for periodic evals.")

@@ -13,7 +13,8 @@ One step:
         padded into `MicroBatch`es, each token weighted with the whole step's normalisers (`loss.token_weights`);
      c. `train_step`, per micro-batch: trainer log-probs, drift vs the sampler (first pass), the reference's
         log-probs for the KL, `loss.policy_loss`, backward (the gradients accumulate);
-     d. `optimizer_step`: grad clip, AdamW, schedule (c and d run `updates_per_batch` times on the same batch);
+     d. `optimizer_step`: grad clip, AdamW, schedule, the weights' EMA if `ema_decay` (c and d run
+        `updates_per_batch` times on the same batch);
      e. `sync_sampler`: hf -> `policy.weights_changed()` (drops KV the engine parked under the old weights);
         vllm -> `update_weights` in place; vllm-server -> reload from a safetensors folder;
   4. metrics line (rewards per function, win/draw/loss, tool-call validity, lengths, clip/KL, trainer-vs-sampler
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from toolgym.env import StatefulToolEnv
 from toolgym.train.config import GRPOConfig
 from toolgym.train.data import answer_only, pad_batch, step_examples
+from toolgym.train.ema import EMA_FILE, WeightEMA
 from toolgym.train.loss import group_advantages, masked_logprobs, policy_loss, token_weights
 from toolgym.train.runstate import (
     MetricsLog,
@@ -221,6 +223,12 @@ class GRPOTrainer:
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.model, self.tok, self.is_lora = load_model(cfg, str(ckpt / "model") if ckpt else None)
+        self.ema = WeightEMA(self.model, cfg.ema_decay) if cfg.ema_decay > 0 else None  # (the sampler's are live)
+        if ckpt is not None and self.ema is not None:
+            self.ema.load(ckpt)
+        elif ckpt is not None and (ckpt / EMA_FILE).is_file():
+            raise ValueError(f"--resume: the checkpoint {ckpt} holds an EMA of the weights (the run was started with "
+                             "ema_decay); resume with the same ema_decay")
         self.ref = None
         if cfg.kl_coef > 0 and not self.is_lora:  # LoRA: the reference is the base with the adapter disabled
             self.ref = load_model(cfg.model_copy(update={"lora": None}))[0] if ckpt else copy.deepcopy(self.model)
@@ -451,6 +459,8 @@ class GRPOTrainer:
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         return float(gn)
 
     def _logp(self, model: Any, b: MicroBatch) -> Any:
@@ -504,6 +514,8 @@ class GRPOTrainer:
                     rec["phase"] = self.phase
                 if cfg.restart_share:
                     rec["restart_groups"] = self.restarts
+                if self.ema is not None:
+                    rec["ema_gap"] = self.ema.gap(self.model)
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
                 rec["step_s"] = time.perf_counter() - t0
@@ -515,7 +527,7 @@ class GRPOTrainer:
                 if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or out_of_time:
                     t3 = time.perf_counter()
                     save_checkpoint(cfg.output_dir, self.step, self.model, self.tok, self.opt, self.sched, {},
-                                    cfg.keep_checkpoints)
+                                    cfg.keep_checkpoints, self.write_ema if self.ema is not None else None)
                     rec["save_s"] = time.perf_counter() - t3
                 last = rec
                 if self.on_step:
@@ -529,8 +541,21 @@ class GRPOTrainer:
             self.log.close()
             await self.policy.aclose()
             await self.env.aclose()
-        save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
+        if self.ema is None:
+            save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
+        else:  # the run delivers the average; the sampler's last weights stay beside it
+            save_hf(self.model, self.tok, cfg.output_dir / "final_live", cfg.save_merged)
+            with self.ema.swapped(self.model):
+                save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
         return last
+
+    def write_ema(self, folder: Path) -> None:
+        """A checkpoint's EMA: the float32 shadow (resume) and an HF folder `ema/` laid out like `model/` (evals)."""
+        assert self.ema is not None
+        self.ema.save(folder)
+        with self.ema.swapped(self.model):
+            self.model.save_pretrained(folder / "ema", safe_serialization=True)
+        self.tok.save_pretrained(folder / "ema")
 
     def save_rollouts(self, step: int, trajs: list[Trajectory]) -> None:
         """Append the step's rollouts (no tokens, no per-turn records) as one gzip member of rollouts.jsonl.gz. A
@@ -548,6 +573,16 @@ class GRPOTrainer:
             f.write("\n".join(lines) + "\n")
 
     async def periodic_eval(self) -> dict[str, float]:
+        """A greedy eval of the weights the run delivers (with `ema_decay`: the average, swapped in for it)."""
+        if self.ema is None:
+            return await self._greedy_eval()
+        with self.ema.swapped(self.model):
+            out = await self._greedy_eval()
+        if self.cfg.engine == "hf":  # nothing the sampler parked may outlive the swap
+            self.policy.weights_changed()
+        return out
+
+    async def _greedy_eval(self) -> dict[str, float]:
         from toolgym.policies.hf import HFPolicy
         from toolgym.registry import load_env
         from toolgym.rollout import run_rollouts

@@ -7,7 +7,8 @@ Layout of `output_dir`:
 | `config.json` | the resolved config (a resumed run must match it on the fields that matter) |
 | `metrics.jsonl` | one JSON object per optimizer step (`{"step": n, ...}`), appended + flushed + fsynced |
 | `checkpoints/step_000012/` | `model/` (HF `save_pretrained`: full weights or the LoRA adapter), `trainer_state.pt` (optimizer, scheduler, torch/python RNG, step), `DONE` (written last) |
-| `final/` | plain HF weights (LoRA merged when `save_merged`), loadable as `hf:output_dir/final`, and `adapter/` for LoRA runs |
+| `checkpoints/step_N/ema.safetensors`, `ema/` | GRPO with `ema_decay`: the weights' moving average (float32 shadow for resume; HF folder for evals) |
+| `final/` | plain HF weights (LoRA merged when `save_merged`), loadable as `hf:output_dir/final`, and `adapter/` for LoRA runs; with `ema_decay` the average, and `final_live/` the trained weights |
 
 Crash safety: a checkpoint is written into `step_N.tmp/` and renamed after DONE is in it, so a SIGKILL leaves
 either the previous complete checkpoint or the new one. On resume the metrics file is cut back to the steps the
@@ -21,6 +22,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +130,9 @@ def latest_checkpoint(out: Path) -> Path | None:
     return cks[-1] if cks else None
 
 
-def save_checkpoint(out: Path, step: int, model: Any, tok: Any, opt: Any, sched: Any, extra: dict[str, Any], keep: int) -> Path:
+def save_checkpoint(out: Path, step: int, model: Any, tok: Any, opt: Any, sched: Any, extra: dict[str, Any], keep: int,
+                    write_more: Callable[[Path], None] | None = None) -> Path:
+    """Write `checkpoints/step_N/` atomically; `write_more(folder)` adds files (GRPO's EMA) before DONE."""
     import torch
 
     final = out / CKPT_DIR / f"step_{step:06d}"
@@ -150,6 +154,8 @@ def save_checkpoint(out: Path, step: int, model: Any, tok: Any, opt: Any, sched:
     if torch.cuda.is_available():
         state["cuda_rng"] = torch.cuda.get_rng_state_all()
     torch.save(state, tmp / "trainer_state.pt")
+    if write_more is not None:
+        write_more(tmp)
     (tmp / "DONE").write_text(str(step))
     _fsync_dir(tmp)
     if final.exists():
