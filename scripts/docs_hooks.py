@@ -38,6 +38,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-decisive.png": ROOT / "examples" / "tictactoe" / "forced_decisive.png",
            "assets/tictactoe-forced-anneal.png": ROOT / "examples" / "tictactoe" / "forced_anneal.png",
            "assets/tictactoe-forced-shuffled.png": ROOT / "examples" / "tictactoe" / "forced_shuffled.png",
+           "assets/tictactoe-forced-ema.png": ROOT / "examples" / "tictactoe" / "forced_ema.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

@@ -319,6 +319,31 @@ def test_recipe_best_step_picks_the_fewest_periodic_eval_losses() -> None:
         mod.best_step([{"step": 5, "metrics/loss": 0.0}])
 
 
+def test_recipe_best_step_validation_picks_the_fewest_lost_games_over_the_validation_evals(tmp_path: Path) -> None:
+    """`best_step.py --validation`: lost games summed over each step's eval folders (an errored rollout is a lost
+    game: toolgym eval's outcomes count it so), the fewest wins, ties go to the later step; a missing folder or a
+    template without {step} is refused."""
+    mod = _recipe_script("best_step")
+
+    def folder(name: str, loss: float, n: int = 200) -> None:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"rollouts": n, "outcomes": {"win": 0.0, "draw": 1 - loss,
+                                                                                  "loss": loss}}))
+
+    for step, (a, b) in {30: (0.10, 0.05), 40: (0.04, 0.06), 50: (0.06, 0.04), 60: (0.2, 0.0)}.items():
+        folder(f"s{step}-a", a)
+        folder(f"s{step}-b", b)
+    t = [str(tmp_path / "s{step}-a"), str(tmp_path / "s{step}-b")]
+    step, table = mod.best_validated(t, [30, 40, 50, 60])
+    assert table == {30: (30, 400), 40: (20, 400), 50: (20, 400), 60: (40, 400)} and step == 50
+    assert mod.best_validated(t[:1], [30, 40, 50, 60])[0] == 40  # one seed alone picks otherwise
+    with pytest.raises(SystemExit, match="no summary.json"):
+        mod.best_validated(t, [70])
+    with pytest.raises(SystemExit, match="step"):
+        mod.best_validated([str(tmp_path / "s30-a")], [30])
+
+
 def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
     """`examples/tictactoe/decisions.py`: a move counts for its board's symmetry class and its step's window, and
     is value-keeping when it is among the position's optimal moves (opposite corners around the centre: edges keep

@@ -642,6 +642,65 @@ case "${1:-}" in
     done
     C=(decisive-sym-kl01=$R/forced-late/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-shuffled-sft-games200-optimal -o $X/forced_shuffled.png ;;
+  forced-ema)  # fifteenth round (docs: "Fifteenth round"): the thirteenth round's kl01 arm (decisive-sym-kl01, from the
+    # late start) with an exponential moving average of its weights kept during GRPO (ema_decay: about ten steps at
+    # 0.9, twenty at 0.95), the run's periodic evals and final/ being the average while the games are sampled with the
+    # live weights -- the fourteenth round's named next step against the late swings (each run's periodic eval moves
+    # 10-20 points within ten steps). Seeds 0, 1 and 2 at 0.9, seed 0 at 0.95. Each run's average (final/) and its
+    # live weights (final_live/) over 400 games on the fresh test seeds, no checkpoint chosen. Then, since the average
+    # spoiled seed 0, the other lever against the noise: kl01 with twice the groups per step (batch_size 16, 128 games
+    # a step; the reference recipe used 256), seeds 0 and 1, no average (final/ = the live weights).
+    # Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-ema continues run.sh forced-late's start: run that first"; exit 2; }
+    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
+       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal -s env_args.restart_symmetry=true
+       -s kl_coef=0.01)
+    A=(ema90-kl01 ema90-kl01-seed1 ema90-kl01-seed2 ema95-kl01 batch16-kl01 batch16-kl01-seed1)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        ema90-kl01) S=(-s ema_decay=0.9) ;;
+        ema90-kl01-seed[12]) S=(-s ema_decay=0.9 -s seed=${a#ema90-kl01-seed}) ;;
+        ema95-kl01) S=(-s ema_decay=0.95) ;;
+        batch16-kl01) S=(-s batch_size=16) ;;
+        batch16-kl01-seed1) S=(-s batch_size=16 -s seed=1) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
+        "${S[@]}" --resume
+      rl_evals forced-$a $N/$a/final 2718
+      python $X/losses.py $R/eval/forced-$a-games200-optimal
+      optimal200 forced-$a-games200b-optimal $N/$a/final 1618
+      for s in 2718:games200 1618:games200b; do
+        if [ -d $N/$a/final_live ]; then optimal200 "forced-$a-live-${s#*:}-optimal" $N/$a/final_live "${s%%:*}"; fi
+      done
+      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    sampled3 forced-ema90-kl01-sampled-quiet3 $N/ema90-kl01/final
+    C=(decisive-sym-kl01=$N/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_ema.png ;;
+  forced-pick)  # fifteenth round, second part (docs: "Fifteenth round"): a checkpoint picked on a larger validation
+    # eval instead of the periodic eval's 100 games -- each run's steps 30-60 play 200 greedy games vs the optimal
+    # opponent on each of two validation seeds (5151, 6161: neither a test seed nor the periodic eval's), the step
+    # with the fewest lost of those 400 (best_step.py --validation) is then played on the test seeds 2718 and 1618.
+    # For the thirteenth round's kl01 recipe (three seeds) and this round's batch16 runs. RUNS picks some.
+    N=$R/forced-late
+    P=(decisive-sym-kl01 decisive-sym-kl01-seed1 decisive-sym-kl01-seed2 batch16-kl01 batch16-kl01-seed1)
+    for a in ${RUNS:-${P[*]}}; do
+      [ -d $N/$a/final ] || { echo "forced-pick: $N/$a has no finished run (run.sh forced-anneal / forced-ema)"; exit 2; }
+      for n in 30 40 50 60; do
+        for s in 5151:val1 6161:val2; do
+          optimal200 "forced-$a-s$n-${s#*:}-optimal" $N/$a/checkpoints/step_$(printf %06d $n)/model "${s%%:*}"
+        done
+      done
+      n=$(python $X/best_step.py --validation "$R/eval/forced-$a-s{step}-val1-optimal" \
+          "$R/eval/forced-$a-s{step}-val2-optimal" --steps 30 40 50 60)
+      echo "forced-pick $a: step $n" >> $R/times.txt
+      for s in 2718:games200 1618:games200b; do
+        optimal200 "forced-$a-picked-${s#*:}-optimal" $N/$a/checkpoints/step_$(printf %06d $n)/model "${s%%:*}"
+      done
+    done ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint

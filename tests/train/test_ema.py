@@ -105,3 +105,21 @@ def test_grpo_run_with_ema_delivers_the_average_and_resumes_it(tiny_model: Path,
     assert not (plain / "final_live").exists() and not (checkpoints(plain)[0] / EMA_FILE).exists()
     with pytest.raises(ValueError, match="started without an EMA"):
         GRPOTrainer(_cfg(tiny_model, plain, max_steps=2), resume=True, env=DigitsEnv())
+
+
+@pytest.mark.slow
+def test_lora_run_with_ema_averages_the_adapter_only(tiny_model: Path, tmp_path: Path) -> None:
+    """With LoRA the average covers the trainable adapter weights alone; `final/` (merged) and `final_live/` are
+    both written and differ."""
+    from toy_env import DigitsEnv
+
+    from toolgym.train.grpo import run_grpo
+
+    out = tmp_path / "lora"
+    run_grpo(_cfg(tiny_model, out, max_steps=2, lora={"r": 4}, learning_rate=5e-2), env=DigitsEnv())
+    shadow = load_file(str(checkpoints(out)[-1] / EMA_FILE))
+    assert shadow and all("lora_" in n for n in shadow)
+    assert (out / "final" / "adapter" / "adapter_config.json").is_file()
+    final = load_file(str(out / "final" / "model.safetensors"))
+    live = load_file(str(out / "final_live" / "model.safetensors"))
+    assert any(not torch.equal(final[n], live[n]) for n in final if final[n].is_floating_point())
