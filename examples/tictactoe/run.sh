@@ -649,14 +649,17 @@ case "${1:-}" in
     # 10-20 points within ten steps). Seeds 0, 1 and 2 at 0.9, seed 0 at 0.95. Each run's average (final/) and its
     # live weights (final_live/) over 400 games on the fresh test seeds, no checkpoint chosen. Then, since the average
     # spoiled seed 0, the other lever against the noise: kl01 with twice the groups per step (batch_size 16, 128 games
-    # a step; the reference recipe used 256), seeds 0 and 1, no average (final/ = the live weights).
+    # a step; the reference recipe used 256), seeds 0 and 1, no average (final/ = the live weights). Then kl01 with an
+    # invalid move forfeiting every training game, not only restarted ones (invalid_move=forfeit; the evals keep
+    # retry), seeds 0 and 1: the turn-cap losses after invalid calls are where the step-60 models part.
     # Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-ema continues run.sh forced-late's start: run that first"; exit 2; }
     D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
        -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal -s env_args.restart_symmetry=true
        -s kl_coef=0.01)
-    A=(ema90-kl01 ema90-kl01-seed1 ema90-kl01-seed2 ema95-kl01 batch16-kl01 batch16-kl01-seed1)
+    A=(ema90-kl01 ema90-kl01-seed1 ema90-kl01-seed2 ema95-kl01 batch16-kl01 batch16-kl01-seed1 kl01-forfeit
+       kl01-forfeit-seed1)
     for a in ${ARMS:-${A[*]}}; do
       case $a in
         ema90-kl01) S=(-s ema_decay=0.9) ;;
@@ -664,6 +667,8 @@ case "${1:-}" in
         ema95-kl01) S=(-s ema_decay=0.95) ;;
         batch16-kl01) S=(-s batch_size=16) ;;
         batch16-kl01-seed1) S=(-s batch_size=16 -s seed=1) ;;
+        kl01-forfeit) S=(-s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry) ;;
+        kl01-forfeit-seed1) S=(-s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry -s seed=1) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
