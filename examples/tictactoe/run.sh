@@ -125,6 +125,10 @@ E='"position_share": 0, "split": "all", "kinds": "all"'  # a phase of whole game
 p() { echo "{\"from_step\": $1, \"env_args\": {\"min_random_move_prob\": 0, \"max_random_move_prob\": $2${3:+, $3}}}"; }
 MIX=(-s env_args.position_share=0.5 -s env_args.split=train -s env_args.kinds=quiet -s eval_env_args.position_share=0
      -s eval_env_args.split=all -s eval_env_args.kinds=all -s max_steps=80)
+# decisive-more's restarts (twelfth round), the base of the thirteenth to fifteenth rounds' arms: three quarters of each
+# batch restarted from lost games' last unforced boards against the optimal opponent, replayed, invalid moves forfeiting
+MORE=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
+      -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal)
 arm() {  # arm NAME [toolgym train -s ...]: one arm from the forced start, then its evals and where it lost
   timed forced-$1 long toolgym train $X/forced_grpo.toml "${MIX[@]}" -s output_dir=$FA/$1 "${@:2}" --resume
   rl_evals forced-$1 $FA/$1/final 2718
@@ -534,8 +538,7 @@ case "${1:-}" in
     # round's arms, then its best checkpoint and its step-60 model also on a second fresh seed (1618).
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-anneal continues run.sh forced-late's start: run that first"; exit 2; }
-    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
-       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal)
+    D=("${MORE[@]}")
     A=(decisive-anneal decisive-sym decisive-sym-seed1 decisive-sym-kl01 decisive-sym-kl0 decisive-sym-kl01-traps
        decisive-sym-kl01-seed1 decisive-sym-kl01-trappy decisive-sym-kl01-seed2)
     for a in ${ARMS:-${A[*]}}; do
@@ -600,8 +603,7 @@ case "${1:-}" in
     fi
     rl_evals forced-shuffled-sft $N/sft2/final 2718
     python $X/losses.py $R/eval/forced-shuffled-sft-games200-optimal
-    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
-       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal -s env_args.restart_symmetry=true)
+    D=("${MORE[@]}" -s env_args.restart_symmetry=true)
     A=(shuffled-kl01 shuffled-kl05 shuffled-kl01-seed1 shuffled-kl01-seed2 shuffled-all shuffled-all-seed1)
     for a in ${ARMS:-${A[*]}}; do
       case $a in
@@ -655,9 +657,7 @@ case "${1:-}" in
     # Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-ema continues run.sh forced-late's start: run that first"; exit 2; }
-    D=(-s task_schedule=[] -s restart_share=0.75 -s env_args.restart_replay=0.75 -s env_args.restart_invalid_move=forfeit
-       -s env_args.restart_board=last_unforced -s env_args.restart_opponent=optimal -s env_args.restart_symmetry=true
-       -s kl_coef=0.01)
+    D=("${MORE[@]}" -s env_args.restart_symmetry=true -s kl_coef=0.01)
     A=(ema90-kl01 ema90-kl01-seed1 ema90-kl01-seed2 ema95-kl01 batch16-kl01 batch16-kl01-seed1 kl01-forfeit
        kl01-forfeit-seed1)
     for a in ${ARMS:-${A[*]}}; do

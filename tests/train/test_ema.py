@@ -23,10 +23,11 @@ def _model(path: Path):  # type: ignore[no-untyped-def]
 
 
 def _cfg(model: Path, out: Path, **kw: object) -> GRPOConfig:
-    base = dict(model=str(model), output_dir=str(out), env="digits", num_examples=16, batch_size=4,
-                rollouts_per_example=4, learning_rate=1e-2, max_tokens=8, micro_batch_size=16, max_steps=3, seed=0,
-                ema_decay=0.5, save_every=1, keep_checkpoints=3)
-    return GRPOConfig(**{**base, **kw})
+    """test_grpo_run's toy-task config: three short steps, a checkpoint at each, the average at decay 0.5."""
+    from test_grpo_run import _cfg as toy_cfg
+
+    return toy_cfg(model, out, **{**dict(rollouts_per_example=4, max_steps=3, ema_decay=0.5, save_every=1,
+                                          keep_checkpoints=3), **kw})
 
 
 def test_ema_moves_toward_the_weights_swaps_them_in_and_out_and_round_trips(tiny_model: Path, tmp_path: Path) -> None:
