@@ -134,6 +134,19 @@ arm() {  # arm NAME [toolgym train -s ...]: one arm from the forced start, then 
   rl_evals forced-$1 $FA/$1/final 2718
   python $X/losses.py $R/eval/forced-$1-games200-optimal
 }
+kl01_arm() {  # kl01_arm NAME [-s ...]: the thirteenth round's kl01 recipe (decisive-sym-kl01) from the late start with
+  # the given changes; its final/ (and final_live/, with an average) on both test seeds, where it lost, its decisions
+  local N=$R/forced-late
+  timed forced-$1 long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$1 "${MORE[@]}" \
+    -s env_args.restart_symmetry=true -s kl_coef=0.01 "${@:2}" --resume
+  rl_evals forced-$1 $N/$1/final 2718
+  python $X/losses.py $R/eval/forced-$1-games200-optimal
+  optimal200 forced-$1-games200b-optimal $N/$1/final 1618
+  for s in 2718:games200 1618:games200b; do
+    if [ -d $N/$1/final_live ]; then optimal200 "forced-$1-live-${s#*:}-optimal" $N/$1/final_live "${s%%:*}"; fi
+  done
+  python $X/decisions.py $N/$1 --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+}
 branch() {  # branch NAME FROM STEP SCHEDULE_JSON [-s ...]: NAME continues FROM's checkpoint at STEP with SCHEDULE
   local c; c=$(printf "step_%06d" "$3")
   mkdir -p $FA/$1/checkpoints
@@ -657,7 +670,6 @@ case "${1:-}" in
     # Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-ema continues run.sh forced-late's start: run that first"; exit 2; }
-    D=("${MORE[@]}" -s env_args.restart_symmetry=true -s kl_coef=0.01)
     A=(ema90-kl01 ema90-kl01-seed1 ema90-kl01-seed2 ema95-kl01 batch16-kl01 batch16-kl01-seed1 kl01-forfeit
        kl01-forfeit-seed1)
     for a in ${ARMS:-${A[*]}}; do
@@ -671,15 +683,7 @@ case "${1:-}" in
         kl01-forfeit-seed1) S=(-s env_args.invalid_move=forfeit -s eval_env_args.invalid_move=retry -s seed=1) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
-      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${D[@]}" \
-        "${S[@]}" --resume
-      rl_evals forced-$a $N/$a/final 2718
-      python $X/losses.py $R/eval/forced-$a-games200-optimal
-      optimal200 forced-$a-games200b-optimal $N/$a/final 1618
-      for s in 2718:games200 1618:games200b; do
-        if [ -d $N/$a/final_live ]; then optimal200 "forced-$a-live-${s#*:}-optimal" $N/$a/final_live "${s%%:*}"; fi
-      done
-      python $X/decisions.py $N/$a --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
+      kl01_arm $a "${S[@]}"
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     sampled3 forced-ema90-kl01-sampled-quiet3 $N/ema90-kl01/final
@@ -706,6 +710,24 @@ case "${1:-}" in
         optimal200 "forced-$a-picked-${s#*:}-optimal" $N/$a/checkpoints/step_$(printf %06d $n)/model "${s%%:*}"
       done
     done ;;
+  forced-slow)  # sixteenth round (docs: "Sixteenth round"): the fifteenth round's untried levers against the late
+    # swings of the kl01 recipe -- half the learning rate (1e-4) decayed to zero (cosine) over twice the steps (120);
+    # and half the learning rate with twice the groups per step (batch_size 16, 60 steps, cosine). Seed 0 each.
+    # Each run's final/ over 400 games on the fresh test seeds, no checkpoint chosen. Two at a time: ARMS=... LOCK=...
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-slow continues run.sh forced-late's start: run that first"; exit 2; }
+    A=(slow-kl01 batch16-slow-kl01)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        slow-kl01) S=(-s learning_rate=1e-4 -s lr_schedule=cosine -s max_steps=120) ;;
+        batch16-slow-kl01) S=(-s learning_rate=1e-4 -s lr_schedule=cosine -s batch_size=16) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      kl01_arm $a "${S[@]}"
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    C=(decisive-sym-kl01=$N/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_slow.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -724,5 +746,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-default|table"; exit 2 ;;
 esac
