@@ -231,6 +231,11 @@ def test_an_earlier_held_out_file_stays_out_of_training_whatever_the_hash() -> N
     train = [t for t in tasks if t["split"] == "train"]
     assert len(train) >= 190
     check_split(train, [t for t in tasks if t["split"] == "heldout"], held, combos, schemas)
+    # a value the earlier set trains on is not held out by its hash: the new held-out tasks hold out of both sets
+    by_hash = sorted(plain_held)
+    assert by_hash
+    again, _ = assign_split(tasks, schemas, 0.01, 0.05, seed=0, fixed=fixed, seen=({by_hash[0]}, set()))
+    assert by_hash[0] not in again and again == held - {by_hash[0]}
 
 
 def test_answers_name_the_field_that_varies() -> None:
@@ -349,3 +354,18 @@ def test_extend_names_a_missing_or_wrong_tasks_file_before_generating(tmp_path: 
     (tmp_path / "bad.heldout.jsonl").write_text("")
     res = CliRunner().invoke(app, ["generate", str(env), "-o", str(out), "--extend", str(tmp_path / "bad.jsonl")])
     assert res.exit_code == 2 and "not a tasks file" in res.output and not out.exists()
+
+
+def test_the_committed_extra_tasks_keep_out_of_the_committed_held_out_set() -> None:
+    """`examples/own_server/tasks.more.jsonl` (made with `--extend` on the committed set, docs: "Twice the generated
+    tasks") joined to the committed training tasks: no held-out value or tool pair in training, ids unique. The
+    filesystem server's schemas have no enums, so every argument counts as a free value here (no server needed)."""
+    folder = Path(__file__).resolve().parents[1] / "examples" / "own_server"
+    train, heldout, more = ([json.loads(x) for x in (folder / name).open() if x.strip()]
+                            for name in ("tasks.jsonl", "tasks.heldout.jsonl", "tasks.more.jsonl"))
+    assert len(more) == 2000 and all(t["split"] == "train" for t in more)
+    values, combos = avoided(heldout, train, {})
+    assert len(values) > 100 and combos  # the committed split holds values and tool pairs out
+    check_split(train + more, heldout, values, combos, {})
+    ids = [t["id"] for t in train + more + heldout]
+    assert len(ids) == len(set(ids))

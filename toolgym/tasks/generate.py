@@ -26,7 +26,8 @@ How a task is made (nothing here knows a particular server):
    with any held-out value or combination is held out. No held-out value occurs in a training task's calls or
    prompt: `check_split` asserts it before anything is written. To grow an existing set without a leak, `avoid`
    (its held-out tasks) and `keep` (its training tasks) add the held-out values and tool combinations of that set --
-   those its held-out tasks use and its training tasks do not -- to this run's held-out side.
+   those its held-out tasks use and its training tasks do not -- to this run's held-out side, and no value or
+   combination that set trains on is held out by its hash, so a new held-out task is held out of both sets' training.
 
 Every expected call is validated against the live schema (`toolgym.accuracy.validate_args`) when it is drawn and
 again before writing. Expected calls are written with exact values, BFCL-style (`{"a": [3]}`: one acceptable value
@@ -450,16 +451,19 @@ def _quotes(prompt: str, values: set[str]) -> bool:
 
 
 def assign_split(tasks: list[dict[str, Any]], schemas: dict[str, dict[str, Any]], share: float, common: float,
-                 seed: int, fixed: tuple[set[str], set[tuple[str, ...]]] = (set(), set())
+                 seed: int, fixed: tuple[set[str], set[tuple[str, ...]]] = (set(), set()),
+                 seen: tuple[set[str], set[tuple[str, ...]]] = (set(), set())
                  ) -> tuple[set[str], set[tuple[str, ...]]]:
     """Mark each task's `split` (train / heldout) in place; returns the held-out values and tool combinations.
     `fixed`: values and combinations held out whatever their hash (`avoided`); a task quoting such a value in its
-    prompt is held out too."""
+    prompt is held out too. `seen`: values and combinations an earlier set trains on (`--extend`), never held out by
+    their hash, so every new held-out task holds something out of that set's training tasks as well."""
     counts: Counter[str] = Counter(v for t in tasks for v in set(task_values(t, schemas)))
     limit = max(2, common * len(tasks))
-    held = {v for v in counts if counts[v] <= limit and _h("value", seed, v) < share} | fixed[0]
+    held = {v for v in counts if counts[v] <= limit and v not in seen[0] and _h("value", seed, v) < share} | fixed[0]
     combos = {combo(t) for t in tasks if len(combo(t)) > 1}
-    held_combos = {c for c in combos if len(combos) >= 4 and _h("combo", seed, c) < share} | fixed[1]
+    held_combos = {c for c in combos if len(combos) >= 4 and c not in seen[1] and _h("combo", seed, c) < share} \
+        | fixed[1]
     for t in tasks:
         out = any(v in held for v in task_values(t, schemas)) or combo(t) in held_combos \
             or (bool(fixed[0]) and _quotes(t["prompt"], fixed[0]))
@@ -520,6 +524,7 @@ async def generate(env: Any, opts: GenOptions,
     await env.start()
     gen = Generator(env, opts, on_progress)
     fixed = avoided(opts.avoid, opts.keep, gen.schemas)
+    seen = ({v for t in opts.keep for v in task_values(t, gen.schemas)}, {combo(t) for t in opts.keep})
     total = opts.n_train + opts.n_heldout
     none_share = opts.no_tool_share
     need = {"train": opts.n_train, "heldout": opts.n_heldout}
@@ -538,7 +543,7 @@ async def generate(env: Any, opts: GenOptions,
             chains += await gen.attempts(want_c - len(chains), chain=True, budget=max(0, left))
         fields = answer_fields(singles + chains)
         tasks = [build_task(a, gen.tools, fields, random.Random(0), opts.answer_max_chars, True) for a in singles + chains]
-        assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed)
+        assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed, seen)
         short = max(need[s] * (1 - none_share) / max(1, sum(t["split"] == s for t in tasks)) for s in need)
         if short <= 1.0 or gen.stats["attempts"]["*"] >= budget:
             break
