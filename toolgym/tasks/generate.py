@@ -437,13 +437,18 @@ def combo(task: dict[str, Any]) -> tuple[str, ...]:
     return tuple(c["name"] for c in task["expected_calls"])
 
 
+def used(tasks: list[dict[str, Any]], schemas: dict[str, dict[str, Any]]) -> tuple[set[str], set[tuple[str, ...]]]:
+    """The free values (split keys) and tool combinations that `tasks` use."""
+    return {v for t in tasks for v in task_values(t, schemas)}, {combo(t) for t in tasks}
+
+
 def avoided(heldout: list[dict[str, Any]], train: list[dict[str, Any]], schemas: dict[str, dict[str, Any]]
             ) -> tuple[set[str], set[tuple[str, ...]]]:
     """The held-out side of an existing split: the free values (split keys) and tool combinations that its held-out
     tasks use and its training tasks do not (values common to both, like `.`, stay usable)."""
-    values = {v for t in heldout for v in task_values(t, schemas)} - {v for t in train for v in task_values(t, schemas)}
-    combos = {combo(t) for t in heldout if len(combo(t)) > 1} - {combo(t) for t in train}
-    return values, combos
+    held_values, held_combos = used(heldout, schemas)
+    train_values, train_combos = used(train, schemas)
+    return held_values - train_values, {c for c in held_combos if len(c) > 1} - train_combos
 
 
 def _quotes(prompt: str, values: set[str]) -> bool:
@@ -524,7 +529,7 @@ async def generate(env: Any, opts: GenOptions,
     await env.start()
     gen = Generator(env, opts, on_progress)
     fixed = avoided(opts.avoid, opts.keep, gen.schemas)
-    seen = ({v for t in opts.keep for v in task_values(t, gen.schemas)}, {combo(t) for t in opts.keep})
+    seen = used(opts.keep, gen.schemas)
     total = opts.n_train + opts.n_heldout
     none_share = opts.no_tool_share
     need = {"train": opts.n_train, "heldout": opts.n_heldout}
