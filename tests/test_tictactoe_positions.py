@@ -401,39 +401,3 @@ def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:
     assert forced_turns > 0
     with pytest.raises(ValueError, match="mistakes"):
         imperfect_player(env, mistakes="sometimes")
-
-
-def test_recipe_average_is_the_mean_of_the_checkpoints_and_loads(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """`examples/tictactoe/average.py RUN_DIR OUT_DIR --steps ...`: every float tensor of the output is the mean of
-    the chosen checkpoints' (a real tiny model, its second and third checkpoints its weights shifted by +1 and +2),
-    the tokenizer and config come along so `transformers` loads it, and a missing step is refused."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
-
-    from toolgym.models.tiny import init_tiny
-
-    mod = _recipe_script("average")
-    run = tmp_path / "run"
-    base = init_tiny(tmp_path / "tiny", size="tiny", seed=0)
-    for step, shift in ((10, 0.0), (20, 1.0), (30, 2.0)):
-        ck = run / "checkpoints" / f"step_{step:06d}" / "model"
-        shutil.copytree(base, ck)
-        state = load_file(str(ck / "model.safetensors"))
-        save_file({k: v + shift if v.is_floating_point() else v for k, v in state.items()},
-                  str(ck / "model.safetensors"), metadata={"format": "pt"})
-    monkeypatch.setattr(sys, "argv", ["average.py", str(run), str(tmp_path / "avg"), "--steps", "10", "20", "30"])
-    mod.main()
-    original = load_file(str(base / "model.safetensors"))
-    averaged = load_file(str(tmp_path / "avg" / "model.safetensors"))
-    assert averaged.keys() == original.keys()
-    for k, v in original.items():
-        assert torch.allclose(averaged[k], v + 1.0 if v.is_floating_point() else v, atol=1e-5), k
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "avg")
-    assert model.num_parameters() > 0 and (tmp_path / "avg" / "tokenizer.json").is_file()
-    monkeypatch.setattr(sys, "argv", ["average.py", str(run), str(tmp_path / "avg2"), "--steps", "10", "40"])
-    with pytest.raises(SystemExit, match="step_000040"):
-        mod.main()

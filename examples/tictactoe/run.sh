@@ -596,7 +596,7 @@ case "${1:-}" in
     # the policy gradient on every sampled token (pg_tokens=all: the shuffled list, where the choice is now written,
     # is outside the "answer" tokens) with seeds 0 and 1, each evaluated as the thirteenth round's arms, and the
     # start's, kl01's and shuffled-all's sampled moves on the quiet three-mark boards; then every run's last three
-    # checkpoints averaged (average.py). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
+    # checkpoints averaged (toolgym model average). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-shuffled
     mkdir -p $N
     [ -d $R/forced-retry/sft/final ] || { echo "forced-shuffled continues run.sh forced-retry's start: run that first"; exit 2; }
@@ -638,7 +638,7 @@ case "${1:-}" in
       done
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
-    # each run's last three checkpoints averaged (average.py: steps 40, 50, 60), also the twelfth and thirteenth
+    # each run's last three checkpoints averaged (toolgym model average: steps 40, 50, 60), also the twelfth and thirteenth
     # rounds' runs with seeds, against the optimal opponent on both fresh seeds (and the twelfth round's step-60 models
     # on the second seed, which that round did not play)
     for a in late-decisive decisive-game decisive-seed1 decisive-seed2 decisive-seed3; do
@@ -647,7 +647,7 @@ case "${1:-}" in
     for rd in "${A[@]/#/$N/}" $R/forced-late/{late-decisive,decisive-seed1,decisive-seed2,decisive-seed3,decisive-game} \
               $R/forced-late/{decisive-more,decisive-anneal,decisive-sym,decisive-sym-seed1} \
               $R/forced-late/{decisive-sym-kl01,decisive-sym-kl01-seed1,decisive-sym-kl01-seed2}; do
-      [ -f $rd/avg40-60/model.safetensors ] || python $X/average.py $rd $rd/avg40-60 --steps 40 50 60
+      [ -f $rd/avg40-60/model.safetensors ] || toolgym model average $rd --steps 40,50,60 -o $rd/avg40-60
       for s in 2718:games200 1618:games200b; do
         optimal200 "forced-$(basename $rd)-avg-${s#*:}-optimal" $rd/avg40-60 "${s%%:*}"
       done

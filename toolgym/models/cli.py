@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="Local models: build the tiny offline model.", no_args_is_help=True)
+app = typer.Typer(help="Local models: build the tiny offline model, average checkpoints.", no_args_is_help=True)
 
 
 @app.callback()
@@ -48,6 +48,36 @@ def eval_base_cmd(
     from toolgym.models.toolcall import eval_toolcall
 
     typer.echo(json.dumps(eval_toolcall(model, n=n, seed=seed), indent=2))
+
+
+@app.command("average")
+def average_cmd(
+    sources: list[Path] = typer.Argument(..., help="A training run's folder (its checkpoints/step_N/model), or two "
+                                         "model folders or more."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the averaged model to."),
+    steps: str = typer.Option("", "--steps", help="With a run folder: the steps to average, e.g. 40,50,60."),
+    last: int = typer.Option(3, "--last", min=2, help="With a run folder and no --steps: its last N checkpoints."),
+) -> None:
+    """Average checkpoints' weights uniformly into one model (a checkpoint soup): a run's last ones, chosen steps,
+    or model folders."""
+    from toolgym.models.average import average_models, run_checkpoints
+
+    try:
+        chosen = [int(s) for s in steps.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--steps takes step numbers separated by commas, got {steps!r}") from None
+    try:
+        if len(sources) == 1 and (sources[0] / "checkpoints").is_dir():
+            models = run_checkpoints(sources[0], chosen or None, last)
+        elif chosen:
+            raise typer.BadParameter("--steps needs one run folder (with checkpoints/)")
+        else:
+            models = sources
+        average_models(models, out)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {out}: the mean of {len(models)} checkpoints ({', '.join(str(m) for m in models)})")
 
 
 if __name__ == "__main__":
