@@ -110,6 +110,17 @@ class CallConfig(pydantic.BaseModel):
     save: str | None = None  # [[setup]] only: store the call's result (parsed JSON, else its text) in state[save]
 
 
+class SamplingConfig(pydantic.BaseModel):
+    """`[env.sampling]`: how `toolgym eval` and `toolgym serve` sample a model given with `-m` (or the default
+    policy) when their flags do not say (`StatefulToolEnv.default_policy_options`)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    temperature: float | None = pydantic.Field(None, ge=0)
+    top_p: float | None = pydantic.Field(None, gt=0, le=1)
+    max_tokens: int | None = pydantic.Field(None, ge=1)
+    seed: int | None = None
+
+
 class EnvSection(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     system_prompt: str | None = None
@@ -122,6 +133,7 @@ class EnvSection(pydantic.BaseModel):
     report_by: list[str] = []  # task fields `toolgym eval` breaks results down by (e.g. ["kind"])
     state: dict[str, Any] = {}  # state key -> value ({task field} and sandbox placeholders filled per rollout)
     hidden_args: dict[str, list[str] | dict[str, str]] = {}  # tool -> arguments hidden from the model (see the doc)
+    sampling: SamplingConfig = SamplingConfig()  # eval/serve sampling where their flags give none
 
 
 class TasksConfig(pydantic.BaseModel):
@@ -447,6 +459,7 @@ class ConfigEnv(StatefulToolEnv):
         self.hidden_tools = set(e.hidden_tools)  # type: ignore[misc]
         self.visible_tools = set(e.visible_tools) if e.visible_tools is not None else None  # type: ignore[misc]
         self.report_by = tuple(e.report_by)  # type: ignore[misc]
+        self.default_policy_options = e.sampling.model_dump(exclude_none=True)  # type: ignore[misc]
         self.call_match_mode = config.tasks.match
         self.task_lines: list[tuple[Path, int]] = []  # (file, line) of each task of the last build_dataset
         self.hidden_args = dict(e.hidden_args)  # type: ignore[misc]

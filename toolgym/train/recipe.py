@@ -5,7 +5,9 @@ Phases, each skipped when its output exists (re-run a phase by deleting it):
 
 1. `generate`: verified tasks and a held-out split (`toolgym.tasks.generate`) -> `tasks.jsonl`, `tasks.heldout.jsonl`;
 2. `env`: the user's env config with those tasks and the generated tasks' rewards (`correct`, from
-   `toolgym.tasks.rewards`, weight 1; `call_match`, weight 0.5), relative paths made absolute -> `env.json`;
+   `toolgym.tasks.rewards`, weight 1; `call_match`, weight 0.5), relative paths made absolute and the held-out
+   eval's sampling (`EVAL_SAMPLING`) as `[env.sampling]`, so `toolgym eval`/`serve` of it sample as the report
+   did -> `env.json`;
 3. `synth`: teacher data -- the answer key replays each task's expected calls through the live server and answers
    with what the result says (the `correct` reward's rule) -> `teacher.jsonl`;
 4. `sft`: fine-tuning from the base (default: the tool-calling base shipped in `toolgym.models`) -> `sft/final`;
@@ -73,10 +75,16 @@ class RecipeOptions:
     strict_calls: bool = False  # eval phase: also strict tool calls (`toolgym.policies.strict`), into eval/LABEL-strict
 
 
-def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None) -> Path:
+EVAL_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 160}
+"""How the `eval` phase samples every model (greedy, 160 tokens a turn); written into `env.json`'s `[env.sampling]`."""
+
+
+def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None,
+                  sampling: dict[str, Any] | None = None) -> Path:
     """Write `dest` (JSON): the env config `src` with `[tasks] path` set to `tasks`, its rewards replaced by
-    `rewards` (when given), and every path that was relative to `src`'s folder made absolute (a server command given
-    as a path, `cwd`, fixtures), so the copy works from anywhere."""
+    `rewards` (when given), `[env.sampling]` set to `sampling` (when given and `src` sets none), and every path that
+    was relative to `src`'s folder made absolute (a server command given as a path, `cwd`, fixtures), so the copy
+    works from anywhere."""
     raw = tomllib.loads(src.read_text()) if src.suffix == ".toml" else json.loads(src.read_text())
     base = src.resolve().parent
 
@@ -101,6 +109,8 @@ def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, An
     raw["tasks"] = {"path": str(tasks.resolve())}
     if rewards is not None:
         raw["rewards"] = rewards
+    if sampling is not None:
+        raw.setdefault("env", {}).setdefault("sampling", dict(sampling))
     for r in raw.get("rewards") or []:  # a python reward module beside the original config keeps being found
         if r.get("type") == "python" and r.get("function", "").split(":")[0] and (base / (r["function"].split(":")[0] + ".py")).exists():
             raise ValueError(f"{src}: reward {r.get('name') or r['function']} lives beside the config; "
@@ -342,7 +352,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         log(f"generate: {len(res['train'])} training + {len(res['heldout'])} held-out tasks "
             f"({res['summary']['attempts']} attempts) -> {tasks}")
     if "env" in opts.phases or not env_cfg.exists():
-        derive_config(opts.env, env_cfg, tasks, generated_rewards(opts.call_reward))
+        derive_config(opts.env, env_cfg, tasks, generated_rewards(opts.call_reward), sampling=EVAL_SAMPLING)
     if "synth" in opts.phases and not teacher.exists():
         from toolgym.train.synth import synth
 
@@ -410,7 +420,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
                 continue
             env = load_env(str(env_cfg), tasks=str(heldout))
             rows = env.build_dataset()
-            policy = load_policy(f"hf:{path}", env, temperature=0.0, max_tokens=160, seed=opts.seed,
+            policy = load_policy(f"hf:{path}", env, **EVAL_SAMPLING, seed=opts.seed,
                                  **({"strict_calls": True} if strict else {}))
             label = f"{model_label}-strict" if strict else model_label
             dest = out / "eval" / label
