@@ -91,3 +91,7 @@ def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> Non
     # constructed: X (moving second) takes an edge after O's corner -- the first move outside the optimal set
     assert mod.first_blunder("." * 9, ["O0", "X1", "O4", "X8", "O3", "X5", "O6"]) == "O........"
     assert mod.first_blunder("." * 9, ["O0", "X4", "O8", "X1"]) is None  # every X move kept the draw
+    # a sixteenth-round loss: at XO..XO..O (O threatens 2) X plays 6, a fork (3 and 2) instead of the block
+    assert mod.blunder("." * 9, ["O5", "X4", "O1", "X0", "O8", "X6", "O2"]) == ("XO..XO..O", 6)
+    assert mod.threats_made("XO..XO..O", 6) == 2 and mod.threats_made("XOO.X...O", 6) == 1
+    assert mod.threats_made("." * 9, 4) == 0

@@ -1,6 +1,7 @@
 """Where a model's lost games were lost: for every lost game of an eval folder, the first move of the agent that gave
 up game value (a position where X could still draw or win, and the move played is not among its optimal ones),
-grouped by the position's symmetry class; games lost without such a move (the turn cap after invalid moves) are
+grouped by the position's symmetry class, with how many of those moves made a threat or a fork of X's (one or two
+cells that complete a line: on a block board, an attack played instead of the block); games lost without such a move (the turn cap after invalid moves) are
 counted apart, and so are errored rollouts (each counted as a lost game).
 
     python examples/tictactoe/losses.py EVAL_DIR [EVAL_DIR ...]
@@ -23,18 +24,38 @@ ERRORED = "(errored rollout: counted as a loss)"
 
 def first_blunder(start: str, moves: list[str]) -> str | None:
     """The board (X to move) where the agent first played a move that lost game value, or None."""
+    found = blunder(start, moves)
+    return found[0] if found else None
+
+
+def blunder(start: str, moves: list[str]) -> tuple[str, int] | None:
+    """(board, cell) of the agent's first move that lost game value, or None."""
     for board, mv in zip(P.replay(start, moves), moves, strict=False):
         if mv[0] == "X":
             pos = P.analyze(board)
             if pos.value >= 0 and int(mv[1:]) not in pos.optimal:
-                return board
+                return board, int(mv[1:])
     return None
+
+
+def threats_made(board: str, cell: int) -> int:
+    """How many cells that complete a line X at `cell` leaves X (1: a threat, 2: a fork; on a block board either
+    wins against an opponent that misses its own win, and loses to one that does not)."""
+    return len(P.completing(board[:cell] + "X" + board[cell + 1:], "X"))
 
 
 def lost_at(eval_dir: Path) -> tuple[int, int, Counter[str]]:
     """(games, losses, where each loss was decided: symmetry class, CAP, or ERRORED for a rollout that failed)."""
+    n, losses, where, _ = lost_detail(eval_dir)
+    return n, losses, where
+
+
+def lost_detail(eval_dir: Path) -> tuple[int, int, Counter[str], Counter[tuple[str, int]]]:
+    """`lost_at`, and per symmetry class how many of its losing moves made a threat (1) or a fork (2): on a block
+    board, an attack played instead of the block."""
     results = read_results(eval_dir / "results.jsonl")
     where: Counter[str] = Counter()
+    attacks: Counter[tuple[str, int]] = Counter()
     losses = 0
     for t in results.values():
         if t.error:
@@ -46,9 +67,16 @@ def lost_at(eval_dir: Path) -> tuple[int, int, Counter[str]]:
         losses += 1
         info = t.info or {}
         res = info.get("result") or {}
-        board = first_blunder(info.get("start") or "." * 9, list(res.get("moves") or []))
-        where[CAP if board is None else P.canonical(board)] += 1
-    return len(results), losses, where
+        found = blunder(info.get("start") or "." * 9, list(res.get("moves") or []))
+        if found is None:
+            where[CAP] += 1
+            continue
+        board, cell = found
+        where[P.canonical(board)] += 1
+        made = min(threats_made(board, cell), 2)
+        if made:
+            attacks[P.canonical(board), made] += 1
+    return len(results), losses, where, attacks
 
 
 def main() -> None:
@@ -56,16 +84,16 @@ def main() -> None:
     ap.add_argument("evals", type=Path, nargs="+")
     args = ap.parse_args()
     for d in args.evals:
-        n, losses, where = lost_at(d)
+        n, losses, where, attacks = lost_detail(d)
         print(f"\n{d.name}: {losses} of {n} games lost")
-        print("| decided at (symmetry class, X to move) | kind | split | games |\n|---|---|---|---|")
+        print("| decided at (symmetry class, X to move) | kind | split | games | of which a threat / a fork made |\n"
+              "|---|---|---|---|---|")
         for board, k in where.most_common():
             if board in (CAP, ERRORED):
-                print(f"| {board} | | | {k} |")
+                print(f"| {board} | | | {k} | |")
             else:
                 pos = P.analyze(board)
-                print(f"| `{board[:3]}/{board[3:6]}/{board[6:]}` | {pos.kind} | {pos.split} | {k} |")
-
+                print(f"| `{board[:3]}/{board[3:6]}/{board[6:]}` | {pos.kind} | {pos.split} | {k} | {attacks[board, 1]} / {attacks[board, 2]} |")
 
 if __name__ == "__main__":
     main()
