@@ -101,3 +101,6 @@ def test_every_weight_file_is_averaged_and_the_other_files_come_from_the_last(tm
               str(dirs[2] / "model-00002-of-00002.safetensors"))
     with pytest.raises(ValueError, match="non-float tensor n"):
         average_models(dirs, tmp_path / "out2")
+    save_file({"a": torch.zeros(3, 2)}, str(dirs[1] / "model-00001-of-00002.safetensors"))
+    with pytest.raises(ValueError, match="tensor a of model-00001-of-00002.safetensors differs in shape"):
+        average_models(dirs, tmp_path / "out3")

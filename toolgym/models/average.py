@@ -56,6 +56,8 @@ def average_models(models: list[Path], out: Path) -> Path:
             raise ValueError(f"the checkpoints' {name} do not hold the same tensors")
         mean = {}
         for k, t0 in states[0].items():
+            if any(s[k].shape != t0.shape or s[k].dtype != t0.dtype for s in states[1:]):
+                raise ValueError(f"tensor {k} of {name} differs in shape or dtype between checkpoints")
             if t0.is_floating_point():
                 mean[k] = (sum(s[k].float() for s in states) / len(states)).to(t0.dtype)
             elif any(not torch.equal(s[k], t0) for s in states[1:]):
