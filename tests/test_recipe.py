@@ -35,6 +35,7 @@ def test_recipe_runs_every_phase_and_resumes(tmp_path: Path) -> None:
                  "grpo/final/config.json", "eval/base/summary.json", "eval/sft/summary.json", "eval/grpo/summary.json",
                  "report.md", "report.json", "heldout.png", "grpo_curves.png"):
         assert (run / name).exists(), name
+    assert json.loads((run / "env.json").read_text())["env"]["sampling"] == {"temperature": 0.0, "max_tokens": 160}
     teacher = [json.loads(x) for x in (run / "teacher.jsonl").read_text().splitlines()]
     assert len(teacher) == 24 and all(r["reward"] == 1.5 for r in teacher)  # the answer key: correct + call_match
     report = json.loads((run / "report.json").read_text())

@@ -125,3 +125,10 @@ def test_held_out_tasks_sent_through_toolgym_serve_are_scored_by_their_traces(tm
     assert out["abstain_ok"] == {**out["abstain_ok"], "rate": 1.0, "n": len(tasks) - len(tool)}
     assert stub.bodies and all(b.get("temperature") == 0.0 for b in stub.bodies)  # [env.sampling] reached the model
     assert "call_match:" in capsys.readouterr().out
+
+
+def test_a_server_that_does_not_start_is_a_clear_error_and_exit_2(tmp_path, capsys):
+    env_json = derive_config(OWN / "env.toml", tmp_path / "env.json", OWN / "tasks.jsonl")
+    (tmp_path / "t.jsonl").write_text((OWN / "tasks.heldout.jsonl").read_text().splitlines()[0] + "\n")
+    rc = sc.main([str(env_json), "-m", "hf:/no/such/model", "--tasks", str(tmp_path / "t.jsonl")])
+    assert rc == 2 and "did not answer" in capsys.readouterr().err

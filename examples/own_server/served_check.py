@@ -8,7 +8,7 @@ task's `expected_calls` by the rule the env's `call_match` reward uses (the same
 It measures the model where a user meets it (the served agent's own sampling defaults, one MCP session to a
 `toolgym serve` process over stdio) rather than through the recipe's eval. Rates with 95 % Wilson intervals:
 `call_match` over tool tasks, `abstain_ok` over no-tool tasks; a request the server answered with an error counts
-as a failure in its rate and in `errors`. Exits 1 when every request errored.
+as a failure in its rate and in `errors`. Exits 1 when every request errored, 2 when the server did not start.
 """
 
 from __future__ import annotations
@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     a.serve_args = argv[cut + 1:]  # more `toolgym serve` options, after `--` (e.g. -t 0 --max-tokens 160)
     tasks = [json.loads(line) for line in a.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[:a.limit] if a.limit else tasks
-    results, errors = asyncio.run(ask_all(a.env, a.model, tasks, a.concurrency, a.serve_args))
+    try:
+        results, errors = asyncio.run(ask_all(a.env, a.model, tasks, a.concurrency, a.serve_args))
+    except Exception as e:  # the server did not start or went away: every request failed, say why
+        print(f"error: toolgym serve {a.env} -m {a.model} did not answer: {type(e).__name__}: {e} (its own error "
+              "is on stderr above)", file=sys.stderr)
+        return 2
     out = score(tasks, results, a.match) | {"error_messages": errors[:20], "tasks": [
         {"id": t.get("id", i), "ok": None if r is None else trace_matches(r["trace"], t["expected_calls"], a.match),
          "calls": None if r is None else [[c["tool"], c["arguments"]] for c in r["trace"]]}
