@@ -50,6 +50,13 @@
 #           three-mark boards (thirteenth round of the docs)
 #   forced-shuffled  forced-late's start rebuilt with the free-cell lists in a random order, then forced-anneal's kl01 arm
 #           (three seeds), the same at kl_coef 0.05 and with the policy gradient on every token (fourteenth round)
+#   forced-ema  forced-anneal's kl01 arm with a moving average of its weights kept during GRPO, and with twice the
+#           groups per step (fifteenth round)
+#   forced-pick  a checkpoint of the kl01 runs picked on 400 validation games (fifteenth round)
+#   forced-slow  the kl01 arm at half the learning rate, decayed, over twice the steps or with twice the groups
+#           (sixteenth round)
+#   forced-block  forced-slow's batch16 arm with the non-restarted games' opponent annealed to optimal, so that an
+#           attack instead of a block stops paying (seventeenth round)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -728,6 +735,24 @@ case "${1:-}" in
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     C=(decisive-sym-kl01=$N/decisive-sym-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_slow.png ;;
+  forced-block)  # seventeenth round (docs: "Seventeenth round"): the sixteenth round's batch16-slow-kl01 with the games
+    # that are not restarted played against an opponent annealed to optimal (random-move probability up to 1 / 0.5 / 0
+    # from steps 0 / 20 / 40, as decisive-anneal), so that attacking instead of blocking stops paying. Seed 0; its
+    # final/ over 400 games on the fresh test seeds, no checkpoint chosen. THREADS=2 when it runs alone.
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-block continues run.sh forced-late's start: run that first"; exit 2; }
+    A=(batch16-slow-anneal-kl01)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        batch16-slow-anneal-kl01) S=(-s learning_rate=1e-4 -s lr_schedule=cosine -s batch_size=16
+                                     -s "task_schedule=[$(p 0 1.0), $(p 20 0.5), $(p 40 0.0)]") ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    C=(batch16-slow-kl01=$N/batch16-slow-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_block.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -746,5 +771,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-default|table"; exit 2 ;;
 esac
