@@ -90,12 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", required=True, type=Path, help="held-out tasks (JSONL with expected_calls)")
     p.add_argument("--limit", type=int, default=0, help="only the first N tasks (0: all)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
-    p.add_argument("--match", default="exact", help="the env's default argument match mode ([tasks] match)")
+    p.add_argument("--match", default=None, help="default argument match mode (default: the env config's [tasks] match)")
     p.add_argument("-o", "--out", type=Path, help="write the rates, errors and each task's calls as JSON here")
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
     a = p.parse_args(argv[:cut])
     a.serve_args = argv[cut + 1:]  # more `toolgym serve` options, after `--` (e.g. -t 0 --max-tokens 160)
+    if a.match is None:
+        from toolgym.registry import load_env
+
+        a.match = load_env(a.env).call_match_mode
     tasks = [json.loads(line) for line in a.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[:a.limit] if a.limit else tasks
     try:
