@@ -150,3 +150,13 @@ def test_call_similarity_gives_partial_credit_for_near_copies() -> None:
     assert call_similarity([("f", {"q": "wool-rug"})], ci) == 1.0
     assert call_similarity([("f", {"q": "Wool Rug", "r": "x"})], [{"name": "f", "arguments": {"q": ["Wool Rug"],
                                                                    "r": ["y" * 500 + "x"]}}]) < 1.0
+
+
+def test_calls_match_is_the_whole_sequence_rule():
+    from toolgym.accuracy import calls_match
+
+    exp = [{"name": "a", "arguments": {"x": [1]}}, {"name": "b", "arguments": {}}]
+    assert calls_match([("a", {"x": 1}), ("b", {})], exp)
+    assert not calls_match([("a", {"x": 1})], exp) and not calls_match([("a", {"x": 1}), ("b", {}), ("b", {})], exp)
+    assert not calls_match([("b", {}), ("a", {"x": 1})], exp) and not calls_match([("a", None), ("b", {})], exp)
+    assert calls_match([], []) and not calls_match([("a", {"x": 1})], [])

@@ -22,7 +22,8 @@ from toolgym.train.recipe import EVAL_SAMPLING, derive_config, generated_rewards
 ROOT = Path(__file__).resolve().parents[1]
 OWN = ROOT / "examples" / "own_server"
 FS = ROOT / "examples" / "npm" / "node_modules" / ".bin" / "mcp-server-filesystem"
-need_fs = pytest.mark.skipif(not FS.exists() or shutil.which("node") is None, reason="npm filesystem server not installed")
+need_fs = pytest.mark.skipif(not FS.exists() or shutil.which("node") is None,
+                             reason="npm filesystem server not installed")
 
 spec = importlib.util.spec_from_file_location("served_check", OWN / "served_check.py")
 assert spec and spec.loader

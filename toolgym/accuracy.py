@@ -219,6 +219,14 @@ def _argument_scores(args: dict[str, Any], expected: dict[str, Any], default: An
     return scores
 
 
+def calls_match(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
+                default: Any = "exact") -> bool:
+    """Whether a rollout made exactly the expected calls: as many, in order, each `call_matches` (the `call_match`
+    reward's rule; no expected calls: no call made)."""
+    return len(calls) == len(expected) and all(
+        call_matches(name, args, e, default) for (name, args), e in zip(calls, expected, strict=True))
+
+
 def match_sequence(calls: list[tuple[str, dict[str, Any] | None]], expected: list[dict[str, Any]],
                    default: Any = "exact") -> list[bool]:
     """Position-wise match of the model's calls against the expected calls (one flag per model call)."""

@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from toolgym.accuracy import call_matches, call_similarity, check_mode, is_optional_marker
+from toolgym.accuracy import call_matches, call_similarity, calls_match, check_mode, is_optional_marker
 from toolgym.env import HiddenCallError, StatefulToolEnv
 from toolgym.episode import current_episode
 from toolgym.mcp_bridge import ServerBinding, ServerSpec
@@ -333,11 +333,7 @@ def _make_reward(rc: RewardConfig, base: Path, mode: Any = "exact") -> Any:
             expected = task.get("expected_calls")
             if expected is None:
                 raise KeyError("task has no expected_calls for the call_match reward")
-            if not expected:
-                return float(not calls)
-            ok = len(calls) == len(expected) and all(
-                call_matches(c.name, c.arguments, e, mode) for c, e in zip(calls, expected, strict=True))
-            return float(ok)
+            return float(calls_match([(c.name, c.arguments) for c in calls], expected, mode))
     elif rc.type == "call_similarity":
         def fn(task, calls):  # type: ignore[no-untyped-def]
             expected = task.get("expected_calls")

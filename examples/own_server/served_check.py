@@ -25,15 +25,14 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from rich.progress import Progress
 
-from toolgym.accuracy import call_matches
+from toolgym.accuracy import calls_match
 from toolgym.stats import wilson
 
 
 def trace_matches(trace: list[dict[str, Any]], expected: list[dict[str, Any]], default: Any = "exact") -> bool:
-    """Whether a served run's trace made exactly the expected calls: as many, in order, each `call_matches` (a call
-    whose arguments did not parse, `arguments: null`, matches nothing). With no expected calls: no call made."""
-    return len(trace) == len(expected) and all(
-        call_matches(c["tool"], c["arguments"], e, default) for c, e in zip(trace, expected, strict=True))
+    """Whether a served run's trace made exactly the expected calls (`toolgym.accuracy.calls_match`, the `call_match`
+    reward's rule; a call whose arguments did not parse, `arguments: null`, matches nothing)."""
+    return calls_match([(c["tool"], c["arguments"]) for c in trace], expected, default)
 
 
 def score(tasks: list[dict[str, Any]], results: list[dict[str, Any] | None], default: Any = "exact") -> dict[str, Any]:
@@ -90,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", required=True, type=Path, help="held-out tasks (JSONL with expected_calls)")
     p.add_argument("--limit", type=int, default=0, help="only the first N tasks (0: all)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
-    p.add_argument("--match", default=None, help="default argument match mode (default: the env config's [tasks] match)")
+    p.add_argument("--match", default=None,
+                   help="default argument match mode (default: the env config's [tasks] match)")
     p.add_argument("-o", "--out", type=Path, help="write the rates, errors and each task's calls as JSON here")
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)

@@ -1,8 +1,8 @@
 """Where a model's lost games were lost: for every lost game of an eval folder, the first move of the agent that gave
 up game value (a position where X could still draw or win, and the move played is not among its optimal ones),
 grouped by the position's symmetry class, with how many of those moves made a threat or a fork of X's (one or two
-cells that complete a line: on a block board, an attack played instead of the block); games lost without such a move (the turn cap after invalid moves) are
-counted apart, and so are errored rollouts (each counted as a lost game).
+cells that complete a line: on a block board, an attack played instead of the block); games lost without such a move
+(the turn cap after invalid moves) are counted apart, and so are errored rollouts (each counted as a lost game).
 
     python examples/tictactoe/losses.py EVAL_DIR [EVAL_DIR ...]
 
@@ -72,10 +72,11 @@ def lost_detail(eval_dir: Path) -> tuple[int, int, Counter[str], Counter[tuple[s
             where[CAP] += 1
             continue
         board, cell = found
-        where[P.canonical(board)] += 1
+        cls = P.canonical(board)
+        where[cls] += 1
         made = min(threats_made(board, cell), 2)
         if made:
-            attacks[P.canonical(board), made] += 1
+            attacks[cls, made] += 1
     return len(results), losses, where, attacks
 
 
@@ -93,7 +94,9 @@ def main() -> None:
                 print(f"| {board} | | | {k} | |")
             else:
                 pos = P.analyze(board)
-                print(f"| `{board[:3]}/{board[3:6]}/{board[6:]}` | {pos.kind} | {pos.split} | {k} | {attacks[board, 1]} / {attacks[board, 2]} |")
+                print(f"| `{board[:3]}/{board[3:6]}/{board[6:]}` | {pos.kind} | {pos.split} | {k} "
+                      f"| {attacks[board, 1]} / {attacks[board, 2]} |")
+
 
 if __name__ == "__main__":
     main()
