@@ -369,3 +369,57 @@ def test_the_committed_extra_tasks_keep_out_of_the_committed_held_out_set() -> N
     check_split(train + more, heldout, values, combos, {})
     ids = [t["id"] for t in train + more + heldout]
     assert len(ids) == len(set(ids))
+
+
+def test_request_steps_cuts_a_chain_prompt_into_one_piece_per_call() -> None:
+    tool = {"type": "function", "function": {"name": "move_file", "description": "Move or rename files.",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "source": {"type": "string"}, "destination": {"type": "string"}}}}}
+    for seed in range(40):  # every phrasing of each step, with a ref step in the middle
+        rng = random.Random(seed)
+        steps = [(tool, {"source": "a. b.md", "destination": "x/y"}, {}),
+                 (tool, {"source": "z", "destination": "w"}, {"destination": T.ref_phrase(1, 3)}),
+                 (tool, {"source": "Then; 2", "destination": "q"}, {})]
+        prompt = T.chain_prompt(steps, rng)
+        calls = [{"name": "move_file", "arguments": {k: [v] for k, v in a.items()}} for _, a, _ in steps]
+        pieces = T.request_steps(prompt, calls)
+        assert pieces is not None and " ".join(pieces) == prompt, prompt
+        assert pieces[0].startswith("First, ") and pieces[1].startswith("Then, "), pieces
+        assert '"a. b.md"' in pieces[0] and '"x/y"' in pieces[0] and '"z"' in pieces[1] and '"w"' not in pieces[1]
+        assert "that result" in pieces[1] and '"Then; 2"' in pieces[2] and '"q"' in pieces[2]
+    one = [{"name": "f", "arguments": {"s": ["v"]}}]
+    assert T.request_steps(' Call f with s = "v". ', one) == ['Call f with s = "v".']
+    assert T.request_steps("", []) is None
+    # nothing between two calls' values marks where one request ends: not cut
+    two = [{"name": "f", "arguments": {"s": ["v"]}}, {"name": "f", "arguments": {"s": ["w"]}}]
+    assert T.request_steps('Call f with "v" "w".', two) is None
+    assert T.request_steps('Call f with "v", then with "w".', two) == ['Call f with "v"', 'then with "w".']
+
+
+def test_quoting_teacher_thinks_each_calls_piece_before_the_call() -> None:
+    import asyncio
+
+    from toolgym.train.recipe import teacher_policy
+
+    task = {"prompt": 'First, call f with s = "v". Then, call g (t "w"). Answer with it.', "answer": "ok",
+            "expected_calls": [{"name": "f", "arguments": {"s": ["v"]}}, {"name": "g", "arguments": {"t": ["w"]}}]}
+
+    async def play(quote: str) -> list:  # type: ignore[type-arg]
+        session = teacher_policy(quote_steps=quote).open([], task)
+        msgs: list = [{"role": "user", "content": task["prompt"]}]  # type: ignore[type-arg]
+        turns = []
+        for _ in range(3):
+            turn = await session.act(msgs)
+            turns.append(turn)
+            msgs += [{"role": "assistant", "content": turn.content}, {"role": "tool", "content": "ok"}]
+        return turns
+
+    quoted, later, plain = asyncio.run(play("all")), asyncio.run(play("later")), asyncio.run(play("off"))
+    assert [t.reasoning for t in quoted[:2]] == ['First, call f with s = "v".', 'Then, call g (t "w"). Answer with it.']
+    assert [t.reasoning for t in later[:2]] == [None, 'Then, call g (t "w"). Answer with it.']
+    assert not any(t.content for t in quoted[:2] + later[:2])
+    assert [c.name for t in quoted[:2] for c in t.tool_calls] == ["f", "g"] and quoted[1].tool_calls[0].arguments == {"t": "w"}
+    assert not quoted[2].tool_calls and quoted[2].content == "<answer>ok</answer>"
+    assert [t.reasoning for t in plain[:2]] == [None, None] and plain[2].content == quoted[2].content
+    with pytest.raises(ValueError, match="quote_steps must be one of"):
+        teacher_policy(quote_steps="yes")

@@ -138,3 +138,13 @@ def test_a_value_taken_from_an_earlier_tool_result_is_copied_fresh_in_the_result
         assert new != "Marovel" and c["messages"][2]["content"] == f"[FILE] {new}\n[FILE] quiet-harbor.md"
         assert json.loads(c["messages"][3]["tool_calls"][0]["function"]["arguments"]) == {"path": new}
         assert c["messages"][4]["content"] == f"Created {new}" and "Marovel" not in json.dumps(c["messages"])
+
+
+def test_a_think_block_is_renamed_with_the_rest_of_the_conversation() -> None:
+    row = _row()
+    row["messages"][2]["reasoning_content"] = 'Save a note titled "Vormak tesh" with body "pack the lantern".'
+    copy = augment_rows([row], k=1, seed=3)[0][1]
+    new = copy["augmented"]["values"]
+    assert copy["messages"][2]["reasoning_content"] == \
+        f'Save a note titled "{new["Vormak tesh"]}" with body "{new["pack the lantern"]}".'
+    assert row["messages"][2]["reasoning_content"].count("Vormak tesh") == 1  # the original unchanged

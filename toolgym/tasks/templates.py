@@ -10,7 +10,10 @@ from descriptions or parameter names), so a model trained on them learns to read
 - `chain_prompt([...])`: several calls in order (`First, ... Then, ...`); a later call may take a value from the
   result of the one before (`ref`: "the first entry of that result");
 - `no_tool_prompt(text)`: a request no tool serves (repeat these words), for abstention;
-- `answer_clause(label)`: what to report at the end ("Answer with its target datetime.").
+- `answer_clause(label)`: what to report at the end ("Answer with its target datetime.");
+- `request_steps(prompt, calls)`: the inverse of `chain_prompt` for any request that states its calls' values in
+  order -- the request cut into one consecutive piece per call (what the recipe's quoting teacher writes before
+  each call).
 
 The tiny tool-calling base (`toolgym.models.toolcall`) is pre-trained on prompts from these same functions over
 random tools, so its first fine-tuning on a real server starts from prompts it already knows how to read.
@@ -165,5 +168,52 @@ def no_tool_prompt(text: str, rng: random.Random) -> str:
     return rng.choice(NO_TOOL_TEMPLATES).format(v=show(text))
 
 
+_STEP_BREAK = re.compile(r"(?<=[.!?;])\s+(?=\S)|,?\s+(?=(?:and\s+)?then\b)", re.IGNORECASE)
+
+
+def request_steps(prompt: str, calls: list[dict[str, Any]]) -> list[str] | None:
+    """`prompt` cut into one consecutive piece per call of `calls` (expected calls: `{"name", "arguments"}`, each
+    argument a list of acceptable values whose first is the one stated), so that piece i is the part of the request
+    that asks for call i: "First, move ... "skip"." / "Finally, list ... (path ".")."; or None when the cut is not
+    determined by the text. Each call's stated values (written as `show` writes them) are found in the prompt in
+    order; the cut before call i+1 is the first sentence end (or `, then` / `and then`) after call i's last stated
+    value, and before the first value call i+1 states. A value not stated (a `(ref)` argument: "the first entry of
+    that result") is skipped; a call that states none is cut at the first break after the previous piece. One call:
+    the whole prompt. Used by the quoting teacher (`toolgym.train.recipe.teacher_policy(quote_steps=True)`): a
+    tiny model that first copies the piece of the request for this call, continuing where its previous piece ended,
+    then copies the call's values from the text it has just written, finds a later step's values more often than one
+    that must pick them out of the whole request after a long tool result."""
+    if not calls:
+        return None
+    if len(calls) == 1:
+        return [prompt.strip()]
+    spans: list[tuple[int, int] | None] = []  # (first value's start, last value's end) of each call, or None
+    pos = 0
+    for c in calls:
+        first = last = None
+        for v in (c.get("arguments") or {}).values():
+            value = v[0] if isinstance(v, list) and v else v
+            at = prompt.find(show(value), pos)
+            if at < 0:
+                continue  # not stated (a ref), or written differently: skipped
+            first = at if first is None else first
+            last = at + len(show(value))
+            pos = last
+        spans.append(None if first is None else (first, last))
+    starts, ends, prev = [0], [], 0
+    for i in range(1, len(calls)):
+        after = spans[i - 1][1] if spans[i - 1] else prev + 1
+        before = spans[i][0] if spans[i] else len(prompt)
+        brk = next((m for m in _STEP_BREAK.finditer(prompt, after) if m.end() <= before), None)
+        if brk is None:
+            return None
+        ends.append(brk.start())
+        starts.append(brk.end())
+        prev = brk.end()
+    ends.append(len(prompt))
+    pieces = [prompt[a:b].strip() for a, b in zip(starts, ends)]
+    return pieces if all(pieces) else None
+
+
 __all__ = ["NO_TOOL_TEMPLATES", "answer_clause", "call_prompt", "chain_prompt", "first_clause", "humanize", "imperative", "no_tool_prompt",
-           "param_label", "ref_phrase", "show", "tool_sentence"]
+           "param_label", "ref_phrase", "request_steps", "show", "tool_sentence"]

@@ -7,7 +7,7 @@ which every value the model has to copy -- a free string argument of an expected
 const, pattern or format) that the user's request states, or that a tool result before the call states (a second
 call that uses "the first entry of that result") -- is replaced by a fresh invented value of the same shape
 (`toolgym.tasks.sampling.Vocabulary.for_param`), everywhere in the conversation: the request, the call's arguments,
-the tool's result and the final answer. Each copy is then one more demonstration of copying a value nobody has seen.
+the tool's result, a turn's think block and the final answer. Each copy is then one more demonstration of copying a value nobody has seen.
 Its words are drawn as the task generator draws them (`NOVEL`: 30 % invented syllable words, the rest from the
 built-in word list): with invented words only, a fine-tuned model copied invented words but wrote a training word in
 place of a listed one it was asked for (`dragon` for `sky`): 51.9 % exact on unseen strings, 66.7 % with half the
@@ -103,8 +103,9 @@ def augment_row(row: dict[str, Any], rng: random.Random, vocab: Vocabulary, excl
     subs = [(_bounded(old), new) for old, new in mapping.items()]
     out = copy.deepcopy(row)
     for m in out["messages"]:
-        if isinstance(m.get("content"), str):
-            m["content"] = _replace(m["content"], subs)
+        for key in ("content", "reasoning_content"):  # the text and the think block of a turn
+            if isinstance(m.get(key), str):
+                m[key] = _replace(m[key], subs)
         for call in m.get("tool_calls") or []:
             fn = call["function"]
             args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]

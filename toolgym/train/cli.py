@@ -331,12 +331,15 @@ def tasks_train_cmd(
                                     "(exact calls) or call_similarity (partial credit for near-copies)."),
     strict_calls: bool = typer.Option(False, "--strict-calls", help="Evaluate with strict tool calls (each call "
                                       "decoded under its tool's schema) into eval/LABEL-strict, beside the plain evals."),
+    quote_steps: str = typer.Option("off", "--quote-steps", help="Teacher data in which a call's turn first writes "
+                                    "the piece of the request that asks for it, then the call: off, later (every "
+                                    "call after the first) or all (synth phase; delete teacher.jsonl to rebuild it)."),
 ) -> None:
     """From your server to a trained tool caller: generate verified tasks -> teacher data -> SFT from the
     tool-calling base -> GRPO -> held-out evaluation, with tables and plots in OUT (report.md, heldout.png).
     (Registered as `toolgym tasks train` by the main CLI.)"""
     from toolgym.tasks.generate import GenerationError
-    from toolgym.train.recipe import CALL_REWARDS, PHASES, RecipeOptions, run_recipe
+    from toolgym.train.recipe import CALL_REWARDS, PHASES, QUOTE_STEPS, RecipeOptions, run_recipe
 
     bad = sorted(set(phase) - set(PHASES))
     if bad:
@@ -345,10 +348,13 @@ def tasks_train_cmd(
         _fail(f"env config {env_config} not found")
     if call_reward not in CALL_REWARDS:
         _fail(f"--call-reward {call_reward}: one of {', '.join(CALL_REWARDS)}")
+    if quote_steps not in QUOTE_STEPS:
+        _fail(f"--quote-steps {quote_steps}: one of {', '.join(QUOTE_STEPS)}")
     opts = RecipeOptions(env=env_config, out=out, base=base or "", n_train=num, n_heldout=heldout, seed=seed,
                          gen=_kv(gen_set), sft=_kv(sft_set), grpo=_kv(grpo_set), phases=tuple(phase) or PHASES,
                          concurrency=concurrency, num_threads=num_threads, augment=augment,
-                         augment_novel=augment_novel, call_reward=call_reward, strict_calls=strict_calls)
+                         augment_novel=augment_novel, call_reward=call_reward, strict_calls=strict_calls,
+                         quote_steps=quote_steps)
     bars: dict[str, Any] = {}
     with _progress() as prog:
         def progress(name: str, r: dict[str, Any]) -> None:

@@ -73,10 +73,25 @@ class RecipeOptions:
     augment_novel: float = NOVEL  # share of invented words in the copies' values (`toolgym.train.augment.NOVEL`)
     call_reward: str = "call_match"  # the calls' reward term (`CALL_REWARDS`): exact, or partial credit
     strict_calls: bool = False  # eval phase: also strict tool calls (`toolgym.policies.strict`), into eval/LABEL-strict
+    quote_steps: str = "off"  # synth phase: the teacher writes a call's piece of the request before it (QUOTE_STEPS)
 
 
 EVAL_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 160}
 """How the `eval` phase samples every model (greedy, 160 tokens a turn); written into `env.json`'s `[env.sampling]`."""
+QUOTE_MAX_TOKENS = 256
+"""A turn's token limit (eval, GRPO, `env.json`) when the teacher quotes each step (`RecipeOptions.quote_steps`):
+the quoted piece of the request comes before the call (up to 159 tokens a turn in the filesystem server's teacher
+rows, against 160 for the plain limit)."""
+
+
+QUOTE_STEPS = ("off", "later", "all")
+"""Which calls' turns the teacher starts with their piece of the request (`teacher_policy`): none, every call after
+the first, every call."""
+
+
+def eval_sampling(quote_steps: str = "off") -> dict[str, Any]:
+    """`EVAL_SAMPLING`, with `QUOTE_MAX_TOKENS` a turn when the teacher quotes steps."""
+    return dict(EVAL_SAMPLING) if quote_steps == "off" else {**EVAL_SAMPLING, "max_tokens": QUOTE_MAX_TOKENS}
 
 
 def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, Any]] | None = None,
@@ -120,19 +135,31 @@ def derive_config(src: Path, dest: Path, tasks: Path, rewards: list[dict[str, An
     return dest
 
 
-def teacher_policy(name: str = "scripted:generated-teacher") -> Any:
+def teacher_policy(name: str = "scripted:generated-teacher", quote_steps: str = "off") -> Any:
     """The answer key of generated tasks: replays the expected calls (one per turn), then answers with what the last
     result says (`pick_answer` with the task's `answer_field`: the `correct` reward's rule), or with the task's
-    answer when no call is expected."""
+    answer when no call is expected. With `quote_steps` "all", each call's turn first thinks the piece of the request
+    that asks for it (`toolgym.tasks.templates.request_steps`; the whole request for a one-call task) in a `<think>`
+    block (the turn's `reasoning`), then makes the call; with "later", only the calls after the first do; a task whose
+    request cannot be cut that way gets plain calls."""
+    if quote_steps not in QUOTE_STEPS:
+        raise ValueError(f"quote_steps must be one of {', '.join(QUOTE_STEPS)}, not {quote_steps!r}")
     from toolgym.config_env import next_expected_call
     from toolgym.policies.scripted import ScriptedPolicy
     from toolgym.tasks.generate import ANSWER_MAX_CHARS, pick_answer
+    from toolgym.tasks.templates import request_steps
     from toolgym.types import AssistantTurn
 
     def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
         task = memory["task"]
         turn = next_expected_call(task, memory)
         if turn is not None:
+            i = memory["next"] - 1
+            if quote_steps == "all" or (quote_steps == "later" and i > 0):
+                steps = memory.setdefault("steps", request_steps(task.get("prompt") or "",
+                                                                 task.get("expected_calls") or []))
+                if steps:
+                    turn.reasoning = steps[i]
             return turn
         expected = task.get("expected_calls") or []
         answer = task.get("answer")
@@ -352,7 +379,8 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         log(f"generate: {len(res['train'])} training + {len(res['heldout'])} held-out tasks "
             f"({res['summary']['attempts']} attempts) -> {tasks}")
     if "env" in opts.phases or not env_cfg.exists():
-        derive_config(opts.env, env_cfg, tasks, generated_rewards(opts.call_reward), sampling=EVAL_SAMPLING)
+        derive_config(opts.env, env_cfg, tasks, generated_rewards(opts.call_reward),
+                      sampling=eval_sampling(opts.quote_steps))
     if "synth" in opts.phases and not teacher.exists():
         from toolgym.train.synth import synth
 
@@ -361,9 +389,11 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
 
         async def play() -> dict[str, Any]:
             try:
-                return await synth(env, teacher_policy(), rows, teacher, min_reward=1.5, concurrency=opts.concurrency,
+                return await synth(env, teacher_policy(quote_steps=opts.quote_steps), rows, teacher, min_reward=1.5,
+                                   concurrency=opts.concurrency,
                                    on_done=lambda t: tick("synth")({"done": 1, "total": len(rows)}),
-                                   run_info={"env": str(env_cfg), "teacher": "generated-teacher"})
+                                   run_info={"env": str(env_cfg), "teacher": "generated-teacher",
+                                             "quote_steps": opts.quote_steps})
             finally:
                 await env.aclose()
 
@@ -393,7 +423,8 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
         cfg = GRPOConfig.model_validate({
             "model": str(sft_final), "output_dir": out / "grpo", "env": str(env_cfg), "num_examples": n_tasks,
             "max_steps": 40, "batch_size": 8, "rollouts_per_example": 8, "loss_type": "cispo", "kl_coef": 0.05,
-            "learning_rate": 1e-4, "warmup_steps": min(5, int(opts.grpo.get("max_steps", 40))), "temperature": 1.0, "max_tokens": 160, "micro_batch_size": 16,
+            "learning_rate": 1e-4, "warmup_steps": min(5, int(opts.grpo.get("max_steps", 40))), "temperature": 1.0,
+            "max_tokens": eval_sampling(opts.quote_steps)["max_tokens"], "micro_batch_size": 16,
             "concurrency": 64, "skip_constant_groups": True, "eval_every": 20, "eval_examples": min(120, opts.n_heldout),
             "eval_env_args": {"tasks": str(heldout)}, "save_every": 20, "keep_checkpoints": 2, "seed": opts.seed,
             "num_threads": opts.num_threads, **opts.grpo})
@@ -420,7 +451,7 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
                 continue
             env = load_env(str(env_cfg), tasks=str(heldout))
             rows = env.build_dataset()
-            policy = load_policy(f"hf:{path}", env, **EVAL_SAMPLING, seed=opts.seed,
+            policy = load_policy(f"hf:{path}", env, **eval_sampling(opts.quote_steps), seed=opts.seed,
                                  **({"strict_calls": True} if strict else {}))
             label = f"{model_label}-strict" if strict else model_label
             dest = out / "eval" / label
@@ -444,5 +475,6 @@ def run_recipe(opts: RecipeOptions, log: Callable[[str], None] = print,
     return report
 
 
-__all__ = ["CALL_REWARDS", "copy_player", "default_base", "derive_config", "generated_rewards", "PHASES", "rates",
+__all__ = ["CALL_REWARDS", "copy_player", "default_base", "derive_config", "eval_sampling", "generated_rewards",
+           "PHASES", "QUOTE_MAX_TOKENS", "QUOTE_STEPS", "rates",
            "RecipeOptions", "run_recipe", "string_values", "teacher_policy", "trivial_baselines", "write_report"]
