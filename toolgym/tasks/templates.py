@@ -179,7 +179,7 @@ def request_steps(prompt: str, calls: list[dict[str, Any]]) -> list[str] | None:
     order; the cut before call i+1 is the first sentence end (or `, then` / `and then`) after call i's last stated
     value, and before the first value call i+1 states. A value not stated (a `(ref)` argument: "the first entry of
     that result") is skipped; a call that states none is cut at the first break after the previous piece. One call:
-    the whole prompt. Used by the quoting teacher (`toolgym.train.recipe.teacher_policy(quote_steps=True)`): a
+    the whole prompt. Used by the quoting teacher (`toolgym.train.recipe.teacher_policy(quote_steps="later")`): a
     tiny model that first copies the piece of the request for this call, continuing where its previous piece ended,
     then copies the call's values from the text it has just written, finds a later step's values more often than one
     that must pick them out of the whole request after a long tool result."""
