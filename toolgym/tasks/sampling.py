@@ -509,6 +509,12 @@ class ArgSampler:
                 return v
         if examples:
             return rng.choice(examples)
+        if not pattern and lo <= hi:
+            # the name's shape cannot fit (a `url` of at most 8 characters): plain words, cut to the length allowed
+            v = ""
+            while len(v) < max(lo, 1):
+                v += vocab.word(rng)
+            return v[:hi]
         raise SchemaError(f"{name}: no string fits (pattern {pattern!r}, length {lo}..{hi})")
 
 
