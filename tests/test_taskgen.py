@@ -85,18 +85,18 @@ def _check(env_path: Path, train: list[dict[str, Any]], heldout: list[dict[str, 
 @need_fs
 def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_path: Path) -> None:
     out = tmp_path / "tasks.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "generate", str(OWN), "-n", "40",
-                           "--heldout", "16", "-o", str(out), "-c", "4", "--seed", "3"],
+    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "generate", str(OWN), "-n", "20",
+                           "--heldout", "8", "-o", str(out), "-c", "4", "--seed", "3"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     train = [json.loads(x) for x in out.read_text().splitlines()]
     heldout = [json.loads(x) for x in (tmp_path / "tasks.heldout.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / "tasks.summary.json").read_text())
-    assert len(train) == 40 and len(heldout) == 16
+    assert len(train) == 20 and len(heldout) == 8
     assert not summary["tools_never_succeeded"]  # the crawl reaches the fixture's files: every tool works
     assert any(len(t["expected_calls"]) == 2 for t in train)  # multi-step tasks
-    reads = [t for t in train + heldout if t["kind"] == "read_text_file"]
-    assert reads and all("library/" in t["expected_calls"][0]["arguments"]["path"][0] for t in reads)
+    reads = [c for t in train + heldout for c in t["expected_calls"] if c["name"] == "read_text_file"]
+    assert reads and all("library/" in c["arguments"]["path"][0] for c in reads)  # the crawl found the files
     _check(OWN, train, heldout)
     for path in (out, tmp_path / "tasks.heldout.jsonl"):  # `toolgym check`, written by others, agrees
         chk = subprocess.run([sys.executable, "-m", "toolgym.cli", "check", str(OWN), "-a", f"tasks={path}"],
@@ -105,17 +105,17 @@ def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_pa
     # more tasks for the same set (`--extend`): two-call tasks that start from a listing and refer to its entries,
     # none of them using a value or a tool pair the first run held out
     more = tmp_path / "more.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "generate", str(OWN), "-n", "10",
+    proc = subprocess.run([sys.executable, "-m", "toolgym.cli", "tasks", "generate", str(OWN), "-n", "6",
                            "--heldout", "0", "--no-tool-share", "0", "--chain-share", "1", "--ref-share", "1",
                            "--listing-first", "1", "--extend", str(out), "-o", str(more), "-c", "4", "--seed", "4"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     added = [json.loads(x) for x in more.read_text().splitlines()]
     # the attempt loop stops once the split has its task count: a few one-call tasks (the probes) may fill it
-    assert len(added) == 10 and sum(len(t["expected_calls"]) == 2 for t in added) >= 7
-    assert [t["id"] for t in added] == [f"train-{i}" for i in range(40, 50)]  # ids continue the set's: files join
+    assert len(added) == 6 and sum(len(t["expected_calls"]) == 2 for t in added) >= 4
+    assert [t["id"] for t in added] == [f"train-{i}" for i in range(20, 26)]  # ids continue the set's: files join
     refs = [t for t in added if t["kind"].endswith("(ref)")]
-    assert len(refs) >= 5 and all("entry of that result" in t["prompt"] for t in refs), [t["kind"] for t in added]
+    assert len(refs) >= 3 and all("entry of that result" in t["prompt"] for t in refs), [t["kind"] for t in added]
     schemas, failures = asyncio.run(_replay(OWN, added))
     assert not failures, failures[:5]
     held_values = _values(heldout, schemas) - _values(train, schemas)
