@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "getting-started.md"
 _FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^ *```", re.M | re.S)
 NOT_RUN = {"./setup.sh": "CI runs it on the fresh clone before the tests; the venv under test is its result",
-           ".venv/bin/python -m pytest": "the test suite itself"}
+           ".venv/bin/python -m pytest -n 2": "the test suite itself"}
 HEAVY = re.compile(r"toolgym (model|synth|sft)\b|toolgym eval tictactoe($| -m hf:)")
 SERVES = re.compile(r"toolgym serve\b|python call\.py")  # the embedded model loads: 10-40 s
 QUICK = re.compile(r"toolgym (envs|tools)\b")  # what the default suite runs (test_docs runs the scripted eval too)
