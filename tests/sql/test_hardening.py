@@ -224,7 +224,7 @@ async def _starvation(srv, hogs: int, slow_sql: str, seconds: float) -> dict:
     return out
 
 
-@pytest.mark.parametrize("db", [pytest.param("sqlite", marks=pytest.mark.slow),
+@pytest.mark.parametrize("db", [pytest.param("sqlite", marks=[pytest.mark.slow, pytest.mark.timing]),
                                 pytest.param("postgres", marks=pytest.mark.postgres)])
 async def test_slow_sessions_cannot_starve_a_cheap_call(db, request):
     """Finding 3: all sessions shared anyio's 40 worker threads, so a 58 ms query waited 7.6 s beside 80 slow calls.

@@ -381,6 +381,7 @@ BENIGN_SQL = "SELECT COUNT(*) FROM orders WHERE customer_id = 1"  # the baseline
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.parametrize("mix", ["huge_values", "with_memory_storm"])
 def test_hostile_sessions_refused_fast_while_another_session_is_served(mix):
     """20 sessions send statements that would build 1 GB values or hundreds of MB of SQLite memory (40 rounds each,
