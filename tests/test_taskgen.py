@@ -80,6 +80,8 @@ def _check(env_path: Path, train: list[dict[str, Any]], heldout: list[dict[str, 
             assert v not in held_only
     assert {t["split"] for t in train} == {"train"} and {t["split"] for t in heldout} == {"heldout"}
     assert any(not t["expected_calls"] for t in train) and any(not t["expected_calls"] for t in heldout)
+    keys = [json.dumps([t["prompt"], t["expected_calls"]], sort_keys=True) for t in train + heldout]
+    assert len(set(keys)) == len(keys)  # no task written twice (the same request and calls)
 
 
 @need_fs
@@ -122,6 +124,8 @@ def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_pa
     pairs = [{tuple(c["name"] for c in t["expected_calls"]) for t in rows if len(t["expected_calls"]) > 1}
              for rows in (heldout, train)]
     held_pairs = pairs[0] - pairs[1]
+    before = {json.dumps([t["prompt"], t["expected_calls"]]) for t in train + heldout}
+    assert not {json.dumps([t["prompt"], t["expected_calls"]]) for t in added} & before  # no task of the set again
     for t in added:
         assert not _values([t], schemas) & held_values, t
         assert tuple(c["name"] for c in t["expected_calls"]) not in held_pairs, t

@@ -21,9 +21,11 @@ from toolgym.tasks.generate import (
     assign_split,
     avoided,
     check_split,
+    distinct,
     free_values,
     pick_answer,
     sandbox_relative,
+    task_key,
     task_values,
 )
 from toolgym.train.recipe import derive_config, trivial_baselines
@@ -207,6 +209,21 @@ def test_split_holds_values_out_and_the_check_catches_a_leak() -> None:
     with pytest.raises(AssertionError, match="held-out value"):
         check_split([*train, leaked], heldout, held, combos, schemas)
     assert free_values({"s": "a", "m": "x", "l": [1, True]}, {"properties": {"m": {"enum": ["x"]}}}) == ["a", 1]
+
+
+def test_repeated_tasks_are_dropped_once_and_against_an_extended_set() -> None:
+    """A fixture with three folders gives the same call in the same template again and again; each task is written
+    once, and a task an extended set already has is not written again."""
+    call = [{"name": "f", "arguments": {"s": ["library/work"]}}]
+    a, b = _task(0, call), _task(1, call)  # same prompt, same calls, other ids and splits
+    b["split"] = "heldout"
+    other_prompt = dict(_task(2, call), prompt="Call f with s = \"library/work\".")
+    other_call = _task(3, [{"name": "f", "arguments": {"s": ["library/travel"]}}])
+    kept, dropped = distinct([a, b, other_prompt, other_call, dict(a)])
+    assert kept == [a, other_prompt, other_call] and dropped == 2
+    kept, dropped = distinct([a, other_call], earlier={task_key(dict(other_call, id="train-9"))})
+    assert kept == [a] and dropped == 1
+    assert task_key(a) != task_key(dict(a, expected_calls=[{"name": "f", "arguments": {"s": ["library"]}}]))
 
 
 def test_an_earlier_held_out_file_stays_out_of_training_whatever_the_hash() -> None:

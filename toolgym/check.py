@@ -21,6 +21,7 @@ reported).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -48,12 +49,14 @@ class TaskProblem:
 
 @dataclass
 class CheckReport:
-    """What `check_tasks` found: the tasks checked, the tools seen, one `TaskProblem` per problem, seconds taken."""
+    """What `check_tasks` found: the tasks checked, the tools seen, one `TaskProblem` per problem, seconds taken, and
+    the tasks that repeat an earlier one (`task_key`: not invalid, but an eval counts their outcome twice)."""
 
     tasks: int
     tools: int
     problems: list[TaskProblem] = field(default_factory=list)
     seconds: float = 0.0
+    repeats: list[TaskProblem] = field(default_factory=list)  # valid, but the same request and calls as an earlier task
 
     @property
     def invalid(self) -> list[int]:
@@ -217,13 +220,24 @@ def check_task(env: StatefulToolEnv, task: dict[str, Any]) -> list[str]:
     return out
 
 
+def task_key(task: dict[str, Any]) -> str:
+    """What makes two tasks the same task: the request and the calls it expects (ids, splits and kinds aside)."""
+    return json.dumps([task.get("prompt"), task.get("expected_calls")], sort_keys=True, ensure_ascii=False, default=str)
+
+
 def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckReport:
     """Check every task against the env's tools (the env must be started: `await env.start()`)."""
     t0 = time.perf_counter()
     report = CheckReport(tasks=len(tasks), tools=len(env.model_tools()))
+    first: dict[str, int] = {}
     for i, task in enumerate(tasks):
         for why in check_task(env, task):
             report.problems.append(TaskProblem(i, env.task_source(i), why))
+        if "prompt" in task:
+            j = first.setdefault(task_key(task), i)
+            if j != i:
+                report.repeats.append(TaskProblem(i, env.task_source(i), f"the same request and expected calls as "
+                                                  f"{env.task_source(j)}: an eval counts this outcome twice"))
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -240,4 +254,4 @@ async def checked_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]], skip_
 
 
 __all__ = ["CheckReport", "InvalidTasksError", "TaskProblem", "check_call", "check_task", "check_tasks",
-           "checked_tasks"]
+           "checked_tasks", "task_key"]

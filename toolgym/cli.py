@@ -450,9 +450,12 @@ def check_cmd(
         _fail(str(exc))
     for problem in report.problems:
         console.print(escape(str(problem)), soft_wrap=True, highlight=False)
+    for repeat in report.repeats:
+        console.print(escape(f"{repeat} (note)"), soft_wrap=True, highlight=False)
     bad = len(report.invalid)
     verdict = "[green]all valid[/]" if not bad else f"[bold red]{bad} invalid[/] ({len(report.problems)} problems)"
-    console.print(f"{env_name}: {report.tasks} tasks, {verdict}; {report.tools} tools seen by the model; "
+    repeats = f", [yellow]{len(report.repeats)} repeated[/]" if report.repeats else ""
+    console.print(f"{env_name}: {report.tasks} tasks, {verdict}{repeats}; {report.tools} tools seen by the model; "
                   f"{time.perf_counter() - t0:.1f} s", soft_wrap=True)
     if bad:
         raise typer.Exit(EXIT_USAGE)

@@ -48,10 +48,12 @@ def make_tasks() -> list[dict]:
                      "schema, then answer inside <answer></answer>.", "answer": column,
                      "expected_calls": [{"name": "describe_table", "arguments": {"table_name": [table]},
                                          "match": "case_insensitive"}]})
-    for table in ("products", "orders", "products", "orders"):
-        rows.append({"kind": "tables", "prompt": f"Is there a table named {table}? List the tables, then answer "
-                     "inside <answer></answer>.", "answer": table,
-                     "expected_calls": [{"name": "list_tables", "arguments": {}}]})
+    for table, ask in (("products", "Is there a table named {}? List the tables"),
+                       ("orders", "Is there a table named {}? List the tables"),
+                       ("products", "Does the database hold a table called {}? List its tables"),
+                       ("orders", "Does the database hold a table called {}? List its tables")):
+        rows.append({"kind": "tables", "prompt": ask.format(table) + ", then answer inside <answer></answer>.",
+                     "answer": table, "expected_calls": [{"name": "list_tables", "arguments": {}}]})
     return rows
 
 

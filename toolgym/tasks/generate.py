@@ -20,7 +20,8 @@ How a task is made (nothing here knows a particular server):
    results differ keeps its calls but loses its answer (`answer_stable: false`);
 7. **no-tool tasks** (`expected_calls: []`, answer the quoted text) for abstention;
 8. **prompts** from `toolgym.tasks.templates` (and, with a paraphrase endpoint, reworded by that model; a rewording
-   that drops or changes a stated value is not used);
+   that drops or changes a stated value is not used); a task whose prompt and expected calls repeat another's (or an
+   extended set's) is dropped (`distinct`; counted as `duplicates_dropped` in the summary);
 9. **held-out split**: each free value (strings not from an enum, numbers) is held out by a hash of the value
    (values in more than `common_share` of the tasks stay in training), each two-tool combination likewise; a task
    with any held-out value or combination is held out. No held-out value occurs in a training task's calls or
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgym.accuracy import validate_args
+from toolgym.check import task_key
 from toolgym.tasks import templates as T
 from toolgym.tasks.sampling import ArgSampler, Pools, SchemaError, Vocabulary, children, entries, harvest
 from toolgym.types import ToolCall
@@ -517,6 +519,26 @@ def build_task(att: Attempt, tools: dict[str, dict[str, Any]], fields: dict[str,
     return task
 
 
+def _prompt_rng(opts: GenOptions, att: Attempt) -> random.Random:
+    """The prompt template draws of one attempt: the same whenever its task is built."""
+    return random.Random(f"{opts.seed}:prompt:{att.index}")
+
+
+def distinct(tasks: list[dict[str, Any]], earlier: set[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """`tasks` without repeats (the first of each kept) and without tasks already in `earlier` (`task_key`s); returns
+    them and how many were dropped. A server with few valid values (a fixture's three folders) gives the same call and
+    the same template again and again: a repeated held-out task counts one outcome twice and narrows every interval
+    it is in."""
+    seen = set(earlier or ())
+    out = []
+    for t in tasks:
+        k = task_key(t)
+        if k not in seen:
+            seen.add(k)
+            out.append(t)
+    return out, len(tasks) - len(out)
+
+
 def no_tool_task(vocab: Vocabulary, rng: random.Random) -> dict[str, Any]:
     text = rng.choice([vocab.phrase(rng, 1, 3), vocab.name(rng), vocab.ident(rng)])
     return {"prompt": T.no_tool_prompt(text, rng), "answer": text, "expected_calls": [], "kind": "none"}
@@ -538,6 +560,7 @@ async def generate(env: Any, opts: GenOptions,
     singles: list[Attempt] = []
     chains: list[Attempt] = []
     fields: dict[str, tuple[str, ...]] = {}
+    earlier = {task_key(t) for t in opts.keep + opts.avoid}  # an extended set's tasks are not written again
     want_s = int(total * (1 - none_share) * (1 - chain_share) * 1.3) + 1
     want_c = int(total * (1 - none_share) * chain_share * 1.3)
     for _ in range(8):  # draw, split, and draw more of what a split is short of
@@ -547,7 +570,8 @@ async def generate(env: Any, opts: GenOptions,
         if want_c > len(chains):
             chains += await gen.attempts(want_c - len(chains), chain=True, budget=max(0, left))
         fields = answer_fields(singles + chains)
-        tasks = [build_task(a, gen.tools, fields, random.Random(0), opts.answer_max_chars, True) for a in singles + chains]
+        tasks = distinct([build_task(a, gen.tools, fields, _prompt_rng(opts, a), opts.answer_max_chars, True)
+                          for a in singles + chains], earlier)[0]
         assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed, seen)
         short = max(need[s] * (1 - none_share) / max(1, sum(t["split"] == s for t in tasks)) for s in need)
         if short <= 1.0 or gen.stats["attempts"]["*"] >= budget:
@@ -565,15 +589,15 @@ async def generate(env: Any, opts: GenOptions,
             gen.stats["replay_failed"][att.steps[-1][0]] += 1
             continue
         stable_count += same
-        rng = random.Random(f"{opts.seed}:prompt:{att.index}")
-        tasks.append(build_task(att, gen.tools, fields, rng, opts.answer_max_chars, same))
+        tasks.append(build_task(att, gen.tools, fields, _prompt_rng(opts, att), opts.answer_max_chars, same))
+    tasks, duplicates = distinct(tasks, earlier)
     n_tool = len(tasks)
     rng = random.Random(f"{opts.seed}:none")
     seen_text: set[str] = set()
     want_none = {s: round(need[s] * none_share) for s in need}
     for _ in range(100 * total):  # no-tool tasks until each split has its share (their text decides their split)
         t = no_tool_task(gen.vocab, rng)
-        if t["answer"] in seen_text:
+        if t["answer"] in seen_text or task_key(t) in earlier:
             continue
         seen_text.add(t["answer"])
         tasks.append(t)
@@ -599,6 +623,7 @@ async def generate(env: Any, opts: GenOptions,
         "tools": sorted(gen.tools), "attempts": gen.stats["attempts"]["*"],
         "succeeded_calls": dict(gen.stats["ok"]), "failed_attempts": dict(gen.stats["failed"]),
         "replay_failed": dict(gen.stats["replay_failed"]), "answers_stable": stable_count, "kept_attempts": len(kept),
+        "duplicates_dropped": duplicates,
         "tools_never_succeeded": sorted(set(gen.tools) - set(gen.stats["ok"])),
         "listing_results": {k: v for k, v in gen.stats["lists"].items() if v},
         "avoided": {"values": len(fixed[0]), "combos": len(fixed[1])},
