@@ -141,14 +141,28 @@ def test_check_command_and_eval_refusal(tmp_path: Path) -> None:
     res = runner.invoke(app, ["eval", str(cfg), "-o", str(out), "--skip-invalid-tasks"])
     assert res.exit_code == 0, res.output
     assert "skipped 2 invalid task(s)" in res.output
+    # the last task repeats the first: eval runs both and says their outcome counts twice
+    assert "note: 1 task(s) repeat an earlier one" in " ".join(res.output.split()) and ":4 first" in res.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rollouts"] == 2 and summary["reward"]["mean"] == 1.0
     assert summary["skipped_tasks"]["count"] == 2 and "unknown tool 'ad'" in summary["skipped_tasks"]["tasks"][0]
 
 
 def test_a_good_task_file_checks_clean(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["check", str(_env(tmp_path, [GOOD, dict(GOOD, prompt="again")]))])
+    assert res.exit_code == 0 and "2 tasks, all valid;" in res.output, res.output
+
+
+def test_repeated_tasks_are_valid_but_named(tmp_path: Path) -> None:
+    """The same request and expected calls twice: valid (exit 0), each later copy named as a note with the line of
+    its first, and counted on the last line."""
     res = CliRunner().invoke(app, ["check", str(_env(tmp_path, [GOOD] * 3))])
-    assert res.exit_code == 0 and "3 tasks, all valid" in res.output
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 0, res.output
+    notes = [x for x in lines if x.endswith("(note)")]
+    assert len(notes) == 2 and all(":1: an eval counts this outcome twice" in x for x in notes), notes
+    assert notes[0].split(": ")[0].endswith(":2") and notes[1].split(": ")[0].endswith(":3")
+    assert "3 tasks, all valid, 2 repeated;" in lines[-1]
 
 
 def test_synth_runs_the_same_check(tmp_path: Path) -> None:
