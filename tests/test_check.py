@@ -154,15 +154,17 @@ def test_a_good_task_file_checks_clean(tmp_path: Path) -> None:
 
 
 def test_repeated_tasks_are_valid_but_named(tmp_path: Path) -> None:
-    """The same request and expected calls twice: valid (exit 0), each later copy named as a note with the line of
-    its first, and counted on the last line."""
-    res = CliRunner().invoke(app, ["check", str(_env(tmp_path, [GOOD] * 3))])
+    """The same task three times: valid (exit 0), each later copy named as a note with the line of its first, and
+    counted on the last line; a task that differs in any field but id and split (here a seed) is not a repeat."""
+    res = CliRunner().invoke(app, ["check", str(_env(tmp_path, [GOOD, dict(GOOD, id="b", split="heldout"), GOOD,
+                                                                dict(GOOD, seed=7)]))])
     lines = res.output.strip().splitlines()
     assert res.exit_code == 0, res.output
     notes = [x for x in lines if x.endswith("(note)")]
-    assert len(notes) == 2 and all(":1: an eval counts this outcome twice" in x for x in notes), notes
+    assert len(notes) == 2 and all(":1 (every field but id and split): an eval counts this outcome twice" in x
+                                   for x in notes), notes
     assert notes[0].split(": ")[0].endswith(":2") and notes[1].split(": ")[0].endswith(":3")
-    assert "3 tasks, all valid, 2 repeated;" in lines[-1]
+    assert "4 tasks, all valid, 2 repeated;" in lines[-1]
 
 
 def test_synth_runs_the_same_check(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ class CheckReport:
     tools: int
     problems: list[TaskProblem] = field(default_factory=list)
     seconds: float = 0.0
-    repeats: list[TaskProblem] = field(default_factory=list)  # valid, but the same request and calls as an earlier task
+    repeats: list[TaskProblem] = field(default_factory=list)  # valid, but the same task as an earlier one (task_key)
 
     @property
     def invalid(self) -> list[int]:
@@ -221,8 +221,10 @@ def check_task(env: StatefulToolEnv, task: dict[str, Any]) -> list[str]:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    """What makes two tasks the same task: the request and the calls it expects (ids, splits and kinds aside)."""
-    return json.dumps([task.get("prompt"), task.get("expected_calls")], sort_keys=True, ensure_ascii=False, default=str)
+    """What makes two tasks the same task: every field but `id` and `split` (the request, the calls it expects, and
+    whatever else an env reads from a task: a fixture, a seed, a board)."""
+    return json.dumps({k: v for k, v in task.items() if k not in ("id", "split")}, sort_keys=True, ensure_ascii=False,
+                      default=str)
 
 
 def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckReport:
@@ -233,11 +235,10 @@ def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckRepor
     for i, task in enumerate(tasks):
         for why in check_task(env, task):
             report.problems.append(TaskProblem(i, env.task_source(i), why))
-        if "prompt" in task:
-            j = first.setdefault(task_key(task), i)
-            if j != i:
-                report.repeats.append(TaskProblem(i, env.task_source(i), f"the same request and expected calls as "
-                                                  f"{env.task_source(j)}: an eval counts this outcome twice"))
+        j = first.setdefault(task_key(task), i)
+        if j != i:
+            report.repeats.append(TaskProblem(i, env.task_source(i), f"the same task as {env.task_source(j)} "
+                                              "(every field but id and split): an eval counts this outcome twice"))
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -245,8 +245,8 @@ def eval_cmd(
                                                                           "listed in summary.json)"
                                                                           if len(skipped) > 1 else ""), soft_wrap=True)
                 if report.repeats:  # valid, but one outcome counted twice
-                    console.print(f"[yellow]note:[/] {len(report.repeats)} task(s) repeat an earlier one (the same "
-                                  f"request and expected calls), so their outcomes count twice: "
+                    console.print(f"[yellow]note:[/] {len(report.repeats)} task(s) repeat an earlier one (every field "
+                                  f"but id and split), so their outcomes count twice: "
                                   f"{escape(report.repeats[0].where)} first (toolgym check lists them)", soft_wrap=True)
                 prog.start()
                 bar = prog.add_task("rollouts", total=len(run_tasks) * rollouts, reward=0.0, errors=0)

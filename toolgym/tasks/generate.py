@@ -20,8 +20,8 @@ How a task is made (nothing here knows a particular server):
    results differ keeps its calls but loses its answer (`answer_stable: false`);
 7. **no-tool tasks** (`expected_calls: []`, answer the quoted text) for abstention;
 8. **prompts** from `toolgym.tasks.templates` (and, with a paraphrase endpoint, reworded by that model; a rewording
-   that drops or changes a stated value is not used); a task whose prompt and expected calls repeat another's (or an
-   extended set's) is dropped (`distinct`; counted as `duplicates_dropped` in the summary);
+   that drops or changes a stated value is not used); a task that repeats another (or one of an extended set: every
+   field but id and split, `toolgym.check.task_key`) is dropped (`distinct`; `duplicates_dropped` in the summary);
 9. **held-out split**: each free value (strings not from an enum, numbers) is held out by a hash of the value
    (values in more than `common_share` of the tasks stay in training), each two-tool combination likewise; a task
    with any held-out value or combination is held out. No held-out value occurs in a training task's calls or
