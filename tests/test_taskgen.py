@@ -95,6 +95,7 @@ def test_generate_cli_on_the_filesystem_server_with_a_sandbox_per_rollout(tmp_pa
     heldout = [json.loads(x) for x in (tmp_path / "tasks.heldout.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / "tasks.summary.json").read_text())
     assert len(train) == 20 and len(heldout) == 8
+    assert f"{summary['duplicates_dropped']} repeated tasks dropped" in " ".join(proc.stdout.split())
     assert not summary["tools_never_succeeded"]  # the crawl reaches the fixture's files: every tool works
     assert any(len(t["expected_calls"]) == 2 for t in train)  # multi-step tasks
     reads = [c for t in train + heldout for c in t["expected_calls"] if c["name"] == "read_text_file"]

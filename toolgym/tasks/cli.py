@@ -139,7 +139,8 @@ def generate_cmd(
     summary_path = out.with_name(out.stem + ".summary.json")
     summary_path.write_text(json.dumps(s, indent=2, ensure_ascii=False))
     console.print(f"wrote {s['train']} training tasks to {out} and {s['heldout']} held-out tasks to {held_path} "
-                  f"({s['attempts']} attempts; successful calls per tool: {s['succeeded_calls']}; summary {summary_path})")
+                  f"({s['attempts']} attempts, {s['duplicates_dropped']} repeated tasks dropped; successful calls per "
+                  f"tool: {s['succeeded_calls']}; summary {summary_path})")
     if s["tools_never_succeeded"]:
         console.print(f"[yellow]no successful call of:[/] {', '.join(s['tools_never_succeeded'])} "
                       f"(errors in the summary; --hint PARAM=VALUE gives the sampler values to try)")
