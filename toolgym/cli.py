@@ -429,6 +429,7 @@ def check_cmd(
     """Check an environment before running it: connect to its servers, list their tools and validate every task's
     `expected_calls` against the live schemas (the tool exists and the model sees it, the arguments exist, the values
     are valid, the required ones are given). Prints each bad task as FILE:LINE: reason; exits 2 if there is one.
+    A task that repeats an earlier one (every field but id and split) is valid but named as a note.
     `toolgym eval`, `synth` and `train` run the same check first."""
     from toolgym.check import check_tasks
     from toolgym.mcp_bridge import ServerStartError
