@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -27,6 +27,8 @@
 #           each of LOSSES="cispo grpo dr_grpo", 200 games per opponent on seed 2718, quiet positions split by
 #           whether the RL games visited them (discovery.py), the curve (forced_curve.py)
 #   forced-start  instead of forced's SFT: the committed start (examples/tictactoe/forced_start) copied where it goes
+#   forced-late-start  instead of building forced-late's start: the committed one (examples/tictactoe/late_start)
+#   forced-late-build  only that late start, from scratch (the retry start, then two epochs), and its evals
 #   forced-arms  after forced: games from quiet training positions mixed in (position_share), other opponent schedules
 #           and branches of one run (fifth round of the docs), each with evals and where its games were lost (losses.py)
 #   forced-trappy  after forced-arms: branches against the trappy opponent (minimax moves that set traps), one with
@@ -123,6 +125,44 @@ timed() {  # timed NAME CMD...: run and record the wall time of a phase in $R/ti
   local t0=$SECONDS
   "${@:2}"
   echo "$1 $(( SECONDS - t0 )) s" >> $R/times.txt
+}
+
+retry_start() {  # the eighth round's start, runs/tictactoe/forced-retry/sft/final, built if absent: the forced
+  # teacher's positions and 600 of its games in which it first calls an occupied cell on 30 % of its moves, reads the
+  # error and plays its move (the invalid turn is context, out of the loss); forced_sft.toml's 2,000 steps on 1 thread
+  local N=$R/forced-retry
+  mkdir -p $N
+  [ -f $R/forced/positions.jsonl ] || bash $X/run.sh forced-data
+  [ -d $N/sft/final ] && return 0
+  [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg invalid_prob=0.3 -a min_random_move_prob=0 \
+    -a max_random_move_prob=1 -a num_groups=4 -n 600 --drop-if heldout_visits --failed-turns context -o $N/games.jsonl
+  [ -d $N/tiny ] || toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $R/forced/positions.jsonl \
+    --corpus-file $N/games.jsonl
+  local rows=$(( $(wc -l < $R/forced/positions.jsonl) + $(wc -l < $N/games.jsonl) ))
+  timed forced-retry-sft long toolgym sft $X/forced_sft.toml -s model=$N/tiny -s output_dir=$N/sft \
+    -s epochs=$(python -c "print(round(2000 * 8 / $rows, 4))") -d $R/forced/positions.jsonl -d $N/games.jsonl --resume
+}
+late_start() {  # the ninth round's start, runs/tictactoe/forced-late/sft2/final (where the later rounds begin), built
+  # if absent: the retry start continued for two epochs on the same teacher with free_list=true (late_data.py,
+  # late_sft.toml); `run.sh forced-late-start` puts the committed copy there instead
+  local N=$R/forced-late
+  mkdir -p $N
+  [ -d $N/sft2/final ] && return 0
+  retry_start
+  if [ ! -d $N/sft/final ]; then
+    [ -f $N/positions.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true -a task=move \
+      -a split=train -n 0 -o $N/positions.jsonl
+    [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true \
+      --teacher-arg invalid_prob=0.3 --teacher-arg invalid_last_prob=0.5 -a min_random_move_prob=0 \
+      -a max_random_move_prob=1 -a num_groups=4 -n 1500 --seed 1 --drop-if heldout_visits --failed-turns context \
+      -o $N/games.jsonl
+    python $X/late_data.py $N/positions.jsonl $N/late.jsonl $N/games.jsonl
+    timed forced-late-sft long toolgym sft $X/late_sft.toml -s output_dir=$N/sft -d $N/late.jsonl --resume
+  fi
+  # a second epoch (from the first's weights, another shuffle): after one, the free list was right in 62 % of
+  # early and 40 % of late random cells
+  timed forced-late-sft2 long toolgym sft $X/late_sft.toml -s model=$N/sft/final -s output_dir=$N/sft2 -s seed=1 \
+    -d $N/late.jsonl --resume
 }
 
 # RL arms from the forced start (forced-arms, forced-trappy): each a forced_grpo.toml run with its own schedule, a branch
@@ -271,6 +311,16 @@ case "${1:-}" in
     # phases look for it, instead of rebuilding it (25-45 min)
     mkdir -p $R/forced/sft
     [ -d $R/forced/sft/final ] || cp -r $X/forced_start $R/forced/sft/final ;;
+  forced-late-start)  # the committed late start (examples/tictactoe/late_start, the second SFT epoch of forced-late)
+    # where forced-late and the later rounds look for it, instead of rebuilding it (retry start + two epochs)
+    mkdir -p $R/forced-late/sft2
+    [ -d $R/forced-late/sft2/final ] || cp -r $X/late_start $R/forced-late/sft2/final ;;
+  forced-late-build)  # only the late start, built from scratch (retry_start, late_start), and its evals: what
+    # examples/tictactoe/late_start was made by
+    N=$R/forced-late
+    late_start
+    rl_evals forced-late-sft $N/sft2/final 2718 && quiet forced-late-sft $N/sft2/final
+    python $X/losses.py $R/eval/forced-late-sft-games200-optimal ;;
   forced)
     N=$R/forced
     bash $X/run.sh forced-data
@@ -355,17 +405,7 @@ case "${1:-}" in
     # steps and evaluated again). ARMS picks some: side by side
     # with ARMS=retry-wide LOCK=/tmp/a and ARMS=retry-restart LOCK=/tmp/b (after the SFT)
     N=$R/forced-retry
-    mkdir -p $N
-    [ -f $R/forced/positions.jsonl ] || bash $X/run.sh forced-data
-    if [ ! -d $N/sft/final ]; then
-      [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg invalid_prob=0.3 -a min_random_move_prob=0 \
-        -a max_random_move_prob=1 -a num_groups=4 -n 600 --drop-if heldout_visits --failed-turns context -o $N/games.jsonl
-      [ -d $N/tiny ] || toolgym model init-tiny --out $N/tiny --size "$SIZE" --corpus-file $R/forced/positions.jsonl \
-        --corpus-file $N/games.jsonl
-      rows=$(( $(wc -l < $R/forced/positions.jsonl) + $(wc -l < $N/games.jsonl) ))
-      timed forced-retry-sft long toolgym sft $X/forced_sft.toml -s model=$N/tiny -s output_dir=$N/sft \
-        -s epochs=$(python -c "print(round(2000 * 8 / $rows, 4))") -d $R/forced/positions.jsonl -d $N/games.jsonl --resume
-    fi
+    retry_start
     rl_evals forced-retry-sft $N/sft/final 2718 && quiet forced-retry-sft $N/sft/final
     python $X/losses.py $R/eval/forced-retry-sft-games200-optimal
     for a in ${ARMS:-retry-wide retry-restart}; do
@@ -406,22 +446,7 @@ case "${1:-}" in
     # ARMS=late-restart LOCK=/tmp/a and ARMS=late-traps LOCK=/tmp/b (after the SFT); the analyses and the plot at the
     # end run once both arms are there
     N=$R/forced-late
-    mkdir -p $N
-    [ -d $R/forced-retry/sft/final ] || { echo "forced-late continues run.sh forced-retry's start: run that first"; exit 2; }
-    if [ ! -d $N/sft/final ]; then
-      [ -f $N/positions.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true -a task=move \
-        -a split=train -n 0 -o $N/positions.jsonl
-      [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" --teacher-arg free_list=true \
-        --teacher-arg invalid_prob=0.3 --teacher-arg invalid_last_prob=0.5 -a min_random_move_prob=0 \
-        -a max_random_move_prob=1 -a num_groups=4 -n 1500 --seed 1 --drop-if heldout_visits --failed-turns context \
-        -o $N/games.jsonl
-      python $X/late_data.py $N/positions.jsonl $N/late.jsonl $N/games.jsonl
-      timed forced-late-sft long toolgym sft $X/late_sft.toml -s output_dir=$N/sft -d $N/late.jsonl --resume
-    fi
-    # a second epoch (from the first's weights, another shuffle): after one, the free list was right in 62 % of
-    # early and 40 % of late random cells
-    [ -d $N/sft2/final ] || timed forced-late-sft2 long toolgym sft $X/late_sft.toml -s model=$N/sft/final \
-      -s output_dir=$N/sft2 -s seed=1 -d $N/late.jsonl --resume
+    late_start
     rl_evals forced-late-sft $N/sft2/final 2718 && quiet forced-late-sft $N/sft2/final
     python $X/losses.py $R/eval/forced-late-sft-games200-optimal
     for a in ${ARMS:-late-restart late-traps late-opening}; do
@@ -606,9 +631,9 @@ case "${1:-}" in
     # checkpoints averaged (toolgym model average). Two at a time: ARMS=... LOCK=/tmp/a and /tmp/b
     N=$R/forced-shuffled
     mkdir -p $N
-    [ -d $R/forced-retry/sft/final ] || { echo "forced-shuffled continues run.sh forced-retry's start: run that first"; exit 2; }
     SH=(--teacher-arg free_list=true --teacher-arg free_order=shuffled)
     if [ ! -d $N/sft2/final ]; then
+      retry_start
       [ -f $N/positions.jsonl ] || toolgym synth tictactoe "${FT[@]}" "${SH[@]}" -a task=move -a split=train -n 0 \
         -o $N/positions.jsonl
       [ -f $N/games.jsonl ] || toolgym synth tictactoe "${FT[@]}" "${SH[@]}" \
@@ -771,5 +796,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-default|table"; exit 2 ;;
 esac
