@@ -224,6 +224,11 @@ def test_repeated_tasks_are_dropped_once_and_against_an_extended_set() -> None:
     kept, dropped = distinct([a, other_call], earlier={task_key(dict(other_call, id="train-9"))})
     assert kept == [a] and dropped == 1
     assert task_key(a) != task_key(dict(a, expected_calls=[{"name": "f", "arguments": {"s": ["library"]}}]))
+    # an extended set's tasks were written with the --field values the new ones get only when written
+    written = dict(other_call, id="train-9", fixture="shop")
+    kept, dropped = distinct([a, other_call], earlier={task_key(written)}, fields={"fixture": "shop"})
+    assert kept == [a] and dropped == 1
+    assert distinct([other_call], earlier={task_key(written)})[1] == 0  # without that field it is another task
 
 
 def test_an_earlier_held_out_file_stays_out_of_training_whatever_the_hash() -> None:

@@ -524,15 +524,17 @@ def _prompt_rng(opts: GenOptions, att: Attempt) -> random.Random:
     return random.Random(f"{opts.seed}:prompt:{att.index}")
 
 
-def distinct(tasks: list[dict[str, Any]], earlier: set[str] | None = None) -> tuple[list[dict[str, Any]], int]:
-    """`tasks` without repeats (the first of each kept) and without tasks already in `earlier` (`task_key`s); returns
-    them and how many were dropped. A server with few valid values (a fixture's three folders) gives the same call and
-    the same template again and again: a repeated held-out task counts one outcome twice and narrows every interval
-    it is in."""
+def distinct(tasks: list[dict[str, Any]], earlier: set[str] | None = None, fields: dict[str, Any] | None = None
+             ) -> tuple[list[dict[str, Any]], int]:
+    """`tasks` without repeats (the first of each kept) and without tasks already in `earlier` (`task_key`s of
+    written tasks); returns them and how many were dropped. `fields`: what every task will carry when written
+    (`--field`), compared as if already there. A server with few valid values (a fixture's three folders) gives the
+    same call and the same template again and again: a repeated held-out task counts one outcome twice and narrows
+    every interval it is in."""
     seen = set(earlier or ())
     out = []
     for t in tasks:
-        k = task_key(t)
+        k = task_key({**(fields or {}), **t})
         if k not in seen:
             seen.add(k)
             out.append(t)
@@ -571,7 +573,7 @@ async def generate(env: Any, opts: GenOptions,
             chains += await gen.attempts(want_c - len(chains), chain=True, budget=max(0, left))
         fields = answer_fields(singles + chains)
         tasks = distinct([build_task(a, gen.tools, fields, _prompt_rng(opts, a), opts.answer_max_chars, True)
-                          for a in singles + chains], earlier)[0]
+                          for a in singles + chains], earlier, opts.fields)[0]
         assign_split(tasks, gen.schemas, opts.heldout_share, opts.common_share, opts.seed, fixed, seen)
         short = max(need[s] * (1 - none_share) / max(1, sum(t["split"] == s for t in tasks)) for s in need)
         if short <= 1.0 or gen.stats["attempts"]["*"] >= budget:
@@ -590,14 +592,14 @@ async def generate(env: Any, opts: GenOptions,
             continue
         stable_count += same
         tasks.append(build_task(att, gen.tools, fields, _prompt_rng(opts, att), opts.answer_max_chars, same))
-    tasks, duplicates = distinct(tasks, earlier)
+    tasks, duplicates = distinct(tasks, earlier, opts.fields)
     n_tool = len(tasks)
     rng = random.Random(f"{opts.seed}:none")
     seen_text: set[str] = set()
     want_none = {s: round(need[s] * none_share) for s in need}
     for _ in range(100 * total):  # no-tool tasks until each split has its share (their text decides their split)
         t = no_tool_task(gen.vocab, rng)
-        if t["answer"] in seen_text or task_key(t) in earlier:
+        if t["answer"] in seen_text or task_key({**opts.fields, **t}) in earlier:
             continue
         seen_text.add(t["answer"])
         tasks.append(t)
