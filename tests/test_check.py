@@ -179,3 +179,24 @@ def test_synth_runs_the_same_check(tmp_path: Path) -> None:
     res = runner.invoke(app, ["synth", str(cfg), "-m", "scripted:reference", "-o", str(out), "--skip-invalid-tasks"])
     assert res.exit_code == 0, res.output
     assert "skipped 1 invalid task(s)" in res.output and "of 2 games" in res.output
+    # the two valid tasks are one task twice: synth plays both and names the repeat
+    assert "note: 1 task(s) repeat an earlier one" in " ".join(res.output.split()) and ":3 first" in res.output
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_repeat_note_names_the_first_repeat(tmp_path: Path) -> None:
+    """`CheckReport.repeat_note`: None without repeats; else the count, the consequence given and the first repeat."""
+    env = load_env(str(_env(tmp_path, [GOOD, dict(GOOD, prompt="again"), GOOD, GOOD])))
+
+    async def go() -> Any:
+        try:
+            await env.start()
+            return check_tasks(env, env.build_dataset()), check_tasks(env, env.build_dataset()[:2])
+        finally:
+            await env.aclose()
+
+    repeated, clean = asyncio.run(go())
+    assert clean.repeat_note("x") is None
+    note = repeated.repeat_note("their rows weigh twice")
+    assert note is not None and note.startswith("2 task(s) repeat an earlier one") and "their rows weigh twice" in note
+    assert note.endswith(":3 first (toolgym check lists them)"), note

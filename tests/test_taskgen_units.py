@@ -447,3 +447,43 @@ def test_quoting_teacher_thinks_each_calls_piece_before_the_call() -> None:
     assert [t.reasoning for t in plain[:2]] == [None, None] and plain[2].content == quoted[2].content
     with pytest.raises(ValueError, match="quote_steps must be one of"):
         teacher_policy(quote_steps="yes")
+
+
+def test_paraphrases_through_an_endpoint_keep_values_and_make_no_repeats() -> None:
+    """`--paraphrase` over real HTTP (`openai_stub`: a local OpenAI-compatible endpoint answering with the rewording
+    this test gives it): a rewording is used when every stated value is still written exactly; one that drops a
+    value, or that would make the task the same as another task of the run or of an extended set (`earlier`), is not
+    used, and the task keeps its template prompt. `task_key` ignores `template_prompt`, so a repeat is found however
+    each prompt was made."""
+    import asyncio
+    from collections import Counter
+    from collections import defaultdict as dd
+
+    from openai_stub import StubEndpoint
+
+    from toolgym.tasks.generate import _paraphrase_all, openai_paraphraser
+
+    def call(v: str) -> list[dict]:  # type: ignore[type-arg]
+        return [{"name": "echo", "arguments": {"text": [v]}}]
+
+    said = {'"a"': 'Please echo "a".', '"b"': 'Echo this for me: "b".', '"c"': "Echo the letter c."}
+
+    def respond(n: int, body: dict) -> dict:  # type: ignore[type-arg]
+        prompt = body["messages"][-1]["content"]
+        text = next(v for k, v in said.items() if k in prompt)
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+
+    tasks = [{"prompt": 'Call echo with text = "a".', "expected_calls": call("a"), "kind": "echo"},
+             {"prompt": 'Use the echo tool. Text: "a".', "expected_calls": call("a"), "kind": "echo"},  # same rewording
+             {"prompt": 'Echo "b".', "expected_calls": call("b"), "kind": "echo"},  # an extended set has the rewording
+             {"prompt": 'Echo "c".', "expected_calls": call("c"), "kind": "echo"}]  # the value is dropped
+    earlier = {task_key({"prompt": 'Echo this for me: "b".', "expected_calls": call("b"), "kind": "echo",
+                         "template_prompt": "anything", "id": "train-3"})}
+    stats: dd[str, Counter[str]] = dd(Counter)
+    with StubEndpoint(respond=respond) as ep:
+        asyncio.run(_paraphrase_all(tasks, openai_paraphraser("m", ep.url), stats, earlier))
+        assert len(ep.bodies) == 4 and ep.bodies[0]["model"] == "m"
+    assert [t["prompt"] for t in tasks] == ['Please echo "a".', 'Use the echo tool. Text: "a".', 'Echo "b".', 'Echo "c".']
+    assert tasks[0]["template_prompt"] == 'Call echo with text = "a".' and "template_prompt" not in tasks[1]
+    assert stats["paraphrase"] == Counter(used=1, repeated=2, rejected=1)
+    assert len({task_key(t) for t in tasks}) == 4

@@ -68,6 +68,14 @@ class CheckReport:
         bad = set(self.invalid)
         return [t for i, t in enumerate(tasks) if i not in bad]
 
+    def repeat_note(self, consequence: str) -> str | None:
+        """One line naming the repeated tasks and what they do to the run (`consequence`: "their outcomes count
+        twice" for an eval, "their rows weigh twice" for teacher data), or None when no task repeats another."""
+        if not self.repeats:
+            return None
+        return (f"{len(self.repeats)} task(s) repeat an earlier one (every field but id and split), so "
+                f"{consequence}: {self.repeats[0].where} first (toolgym check lists them)")
+
 
 class InvalidTasksError(ValueError):
     """Tasks that failed the check; the message lists them (`FILE:LINE: reason`, one a line, at most `shown`)."""
@@ -221,10 +229,11 @@ def check_task(env: StatefulToolEnv, task: dict[str, Any]) -> list[str]:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    """What makes two tasks the same task: every field but `id` and `split` (the request, the calls it expects, and
-    whatever else an env reads from a task: a fixture, a seed, a board)."""
-    return json.dumps({k: v for k, v in task.items() if k not in ("id", "split")}, sort_keys=True, ensure_ascii=False,
-                      default=str)
+    """What makes two tasks the same task: every field but `id`, `split` and `template_prompt` (the template a
+    paraphrased prompt was reworded from, which no model sees): the request, the calls it expects, and whatever else
+    an env reads from a task (a fixture, a seed, a board)."""
+    return json.dumps({k: v for k, v in task.items() if k not in ("id", "split", "template_prompt")}, sort_keys=True,
+                      ensure_ascii=False, default=str)
 
 
 def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckReport:

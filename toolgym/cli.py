@@ -244,10 +244,8 @@ def eval_cmd(
                                        f"tasks): {escape(skipped[0])}" + (f" (+{len(skipped) - 1} more problems, "
                                                                           "listed in summary.json)"
                                                                           if len(skipped) > 1 else ""), soft_wrap=True)
-                if report.repeats:  # valid, but one outcome counted twice
-                    console.print(f"[yellow]note:[/] {len(report.repeats)} task(s) repeat an earlier one (every field "
-                                  f"but id and split), so their outcomes count twice: "
-                                  f"{escape(report.repeats[0].where)} first (toolgym check lists them)", soft_wrap=True)
+                if note := report.repeat_note("their outcomes count twice"):  # valid, but one outcome twice
+                    console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
                 prog.start()
                 bar = prog.add_task("rollouts", total=len(run_tasks) * rollouts, reward=0.0, errors=0)
                 return await evaluate(env, policy, run_tasks, rollouts, concurrency, out, resume, info,

@@ -615,7 +615,7 @@ async def generate(env: Any, opts: GenOptions,
     train = _pick([t for t in tasks if t["split"] == "train"], opts.n_train, none_share, chain_share, opts.seed)
     heldout = _pick([t for t in tasks if t["split"] == "heldout"], opts.n_heldout, none_share, chain_share, opts.seed + 1)
     if opts.paraphrase is not None:
-        await _paraphrase_all(train + heldout, opts.paraphrase, gen.stats)
+        await _paraphrase_all(train + heldout, opts.paraphrase, gen.stats, earlier, opts.fields)
     for split, rows, start in (("train", train, len(opts.keep)), ("heldout", heldout, len(opts.avoid))):
         for i, t in enumerate(rows, start):  # ids continue an extended set's, so the files can be joined
             t["id"] = f"{split}-{i}"
@@ -635,6 +635,7 @@ async def generate(env: Any, opts: GenOptions,
         "train": len(train), "heldout": len(heldout), "kinds": {
             "train": dict(Counter(t["kind"] for t in train)), "heldout": dict(Counter(t["kind"] for t in heldout))},
         "paraphrased": gen.stats["paraphrase"]["used"], "paraphrase_rejected": gen.stats["paraphrase"]["rejected"],
+        "paraphrase_repeats": gen.stats["paraphrase"]["repeated"],
     }
     if len(train) < opts.n_train or len(heldout) < opts.n_heldout:
         raise GenerationError(f"only {len(train)} training and {len(heldout)} held-out tasks (asked {opts.n_train} and "
@@ -689,18 +690,32 @@ def stated_values(task: dict[str, Any]) -> list[str]:
 
 
 async def _paraphrase_all(tasks: list[dict[str, Any]], fn: Callable[[str], Any],
-                          stats: dict[str, Counter[str]]) -> None:
-    """Reword each prompt with `fn`; a rewording is used only if every stated value is still written exactly."""
+                          stats: dict[str, Counter[str]], earlier: set[str] | None = None,
+                          fields: dict[str, Any] | None = None) -> None:
+    """Reword each prompt with `fn`; a rewording is used only if every stated value is still written exactly and it
+    does not make the task another one's repeat (two templates reworded alike, or a task of `earlier`, the
+    `task_key`s of an extended set; `fields` as in `distinct`): those keep their template prompt and are counted as
+    `repeated`."""
+    def key(t: dict[str, Any]) -> str:
+        return task_key({**(fields or {}), **t})
+
+    seen = set(earlier or ()) | {key(t) for t in tasks}
     for t in tasks:
         try:
             new = await fn(t["prompt"])
         except Exception:  # noqa: BLE001 - an endpoint failure keeps the template prompt
             new = None
-        if isinstance(new, str) and new.strip() and all(v in new for v in stated_values(t)):
-            t["template_prompt"], t["prompt"] = t["prompt"], new.strip()
-            stats["paraphrase"]["used"] += 1
-        else:
+        if not (isinstance(new, str) and new.strip() and all(v in new for v in stated_values(t))):
             stats["paraphrase"]["rejected"] += 1
+            continue
+        reworded = key({**t, "prompt": new.strip()})
+        if reworded != key(t) and reworded in seen:
+            stats["paraphrase"]["repeated"] += 1
+            continue
+        seen.discard(key(t))
+        seen.add(reworded)
+        t["template_prompt"], t["prompt"] = t["prompt"], new.strip()
+        stats["paraphrase"]["used"] += 1
 
 
 def _error_summary(gen: Generator) -> str:

@@ -131,6 +131,8 @@ def synth_cmd(
                     console.print(f"[yellow]skipped {len(report.invalid)} invalid task(s)[/] (--skip-invalid-tasks): "
                                   f"{escape(str(report.problems[0]))}", soft_wrap=True, highlight=False)
                     prog.update(bar, total=len(run_tasks))
+                if note := report.repeat_note("the teacher plays them again and their rows weigh more in SFT"):
+                    console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True, highlight=False)
                 return await synth(env, policy, run_tasks, out, hf_out, min_reward, drop_if, require_valid,
                                    concurrency, on_done=lambda t: prog.advance(bar), resume=resume,
                                    run_info=run_info, failed_turns=failed_turns)

@@ -253,6 +253,7 @@ class GRPOTrainer:
                                    **sampling)
         self.opt, self.sched = make_optimizer(cfg, self.model, cfg.max_steps * cfg.updates_per_batch)
         self.step = 0
+        self._eval_noted = False  # the periodic eval's repeated tasks are named once per run
         if ckpt is not None:
             self.step = load_trainer_state(ckpt, self.opt, self.sched)["step"]
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
@@ -494,6 +495,8 @@ class GRPOTrainer:
                 logging.getLogger("toolgym.train").warning(
                     "skipped %d invalid task(s) of %d (skip_invalid_tasks); first: %s", len(report.invalid),
                     report.tasks, report.problems[0])
+            if note := report.repeat_note("they are sampled more often"):
+                logging.getLogger("toolgym.train").info("training tasks: %s", note)
             while self.step < cfg.max_steps:
                 t0 = time.perf_counter()
                 self.policy.queue.reset_stats()  # (vllm-server: the server batches; stats stay 0)
@@ -596,7 +599,10 @@ class GRPOTrainer:
         try:
             from toolgym.check import checked_tasks
 
-            tasks, _ = await checked_tasks(env, tasks, cfg.skip_invalid_tasks)
+            tasks, report = await checked_tasks(env, tasks, cfg.skip_invalid_tasks)
+            if (note := report.repeat_note("the periodic eval counts their outcomes twice")) and not self._eval_noted:
+                self._eval_noted = True
+                logging.getLogger("toolgym.train").warning("eval tasks: %s", note)
             trajs = await run_rollouts(env, pol, [(i, 0, t) for i, t in enumerate(tasks)], cfg.concurrency)
         finally:
             await pol.aclose()
