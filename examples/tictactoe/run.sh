@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -59,6 +59,8 @@
 #           (sixteenth round)
 #   forced-block  forced-slow's batch16 arm with the non-restarted games' opponent annealed to optimal, so that an
 #           attack instead of a block stops paying (seventeenth round)
+#   forced-temp  forced-anneal's kl01 arm from the committed late start with its games sampled at temperature 1.0,
+#           beside the same at 0.7, two seeds each (eighteenth round)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -778,6 +780,36 @@ case "${1:-}" in
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     C=(batch16-slow-kl01=$N/batch16-slow-kl01); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_block.png ;;
+  forced-temp)  # eighteenth round (docs: "Eighteenth round"): the thirteenth round's kl01 arm (decisive-sym-kl01) from
+    # the committed late start (a rebuild: `forced-late-start`), sampling the training games at temperature 1.0
+    # instead of 0.7 -- the policy's own distribution, so the moves at the traps are sampled less sharply than the
+    # habit the start's text offers -- seeds 0 and 1, beside the recipe at 0.7 with the same seeds from the same start
+    # (the documented kl01 runs began from the other build); then, since t10-kl01 attacked instead of blocking, the
+    # same with the non-restarted games' opponent annealed to optimal (t10-anneal-kl01: random-move probability up
+    # to 1 / 0.5 / 0 from steps 0 / 20 / 40, the seventeenth round's change; t10-kl01-seed1 runs too when named in
+    # ARMS). Each run's step-60 model and its last three checkpoints
+    # averaged (steps 40, 50, 60) over 400 games on the fresh test seeds. Two at a time: ARMS=... LOCK=/tmp/a, /tmp/b
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-temp continues the late start: run.sh forced-late-start first"; exit 2; }
+    A=(t07-kl01 t10-kl01 t07-kl01-seed1 t10-anneal-kl01)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        t07-kl01) S=() ;;
+        t10-kl01) S=(-s temperature=1.0) ;;
+        t07-kl01-seed1) S=(-s seed=1) ;;
+        t10-kl01-seed1) S=(-s temperature=1.0 -s seed=1) ;;
+        t10-anneal-kl01) S=(-s temperature=1.0 -s "task_schedule=[$(p 0 1.0), $(p 20 0.5), $(p 40 0.0)]") ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
+      [ -f $N/$a/avg40-60/model.safetensors ] || toolgym model average $N/$a --steps 40,50,60 -o $N/$a/avg40-60
+      for s in 2718:games200 1618:games200b; do
+        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/avg40-60 "${s%%:*}"
+      done
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    C=(); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_temp.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
