@@ -59,3 +59,29 @@ def test_interrupted_eval_leaves_no_server_and_resumes(tmp_path: Path, transport
     assert sorted(set(keys)) == [(i, 0) for i in range(12)]
     assert len(keys) == len(set(keys)), "a finished rollout was run again"
     assert json.loads((out / "summary.json").read_text())["rollouts"] == 12
+
+
+def test_sigusr1_prints_where_each_task_waits(capfd: pytest.CaptureFixture[str]) -> None:
+    """`dump_tasks_on_sigusr1` (installed by `toolgym eval` inside its loop): SIGUSR1 prints every asyncio task with
+    the line it waits at, to stderr, and the run goes on."""
+    import asyncio
+
+    from toolgym.journal import dump_tasks_on_sigusr1
+
+    async def go() -> str:
+        dump_tasks_on_sigusr1()
+        gate = asyncio.Event()
+        waiter = asyncio.create_task(gate.wait(), name="waits-for-the-gate")
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await asyncio.sleep(0.2)
+        gate.set()
+        await waiter
+        return "went on"
+
+    try:
+        assert asyncio.run(go()) == "went on"
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    err = capfd.readouterr().err
+    assert "--- <Task" in err and "waits-for-the-gate" in err and "locks.py" in err, err[-2000:]

@@ -235,6 +235,9 @@ def eval_cmd(
 
         async def go() -> Any:
             nonlocal bar
+            from toolgym.journal import dump_tasks_on_sigusr1
+
+            dump_tasks_on_sigusr1()  # a hung run: `kill -USR1 PID` prints where each task waits
             try:
                 await policy.preflight()  # an endpoint that refuses connections: one error, no results folder
                 run_tasks, report = await checked_tasks(env, tasks, skip_invalid_tasks)

@@ -99,6 +99,26 @@ def run_differences(old: dict[str, Any], new: dict[str, Any], keys: tuple[str, .
     return {k: (old.get(k), v) for k, v in new.items() if (keys is None or k in keys) and old.get(k) != v}
 
 
+def dump_tasks_on_sigusr1() -> None:
+    """On SIGUSR1, print the stack of every asyncio task of the running loop to stderr (for a run that hangs: `kill
+    -USR1 PID`; thread stacks alone show only the idle event loop). Call from inside the loop; a no-op where the
+    signal does not exist or the loop cannot take signal handlers."""
+    import asyncio
+    import sys
+
+    def dump() -> None:
+        for task in asyncio.all_tasks():
+            print(f"--- {task!r}", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+
 def sigterm_as_sigint() -> None:
     """Handle SIGTERM as Ctrl-C (SIGINT): `asyncio.run` then cancels the run, every `finally` runs (servers stopped,
     sessions released, the journal closed) and the finished rollouts stay for `--resume`. SIGTERM's default action
