@@ -161,7 +161,7 @@ def test_repeated_tasks_are_valid_but_named(tmp_path: Path) -> None:
     lines = res.output.strip().splitlines()
     assert res.exit_code == 0, res.output
     notes = [x for x in lines if x.endswith("(note)")]
-    assert len(notes) == 2 and all(":1 (every field but id and split): an eval counts this outcome twice" in x
+    assert len(notes) == 2 and all(":1 (every field but id, split and template_prompt): an eval counts this outcome twice" in x
                                    for x in notes), notes
     assert notes[0].split(": ")[0].endswith(":2") and notes[1].split(": ")[0].endswith(":3")
     assert "4 tasks, all valid, 2 repeated;" in lines[-1]

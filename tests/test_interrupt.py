@@ -85,3 +85,51 @@ def test_sigusr1_prints_where_each_task_waits(capfd: pytest.CaptureFixture[str])
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     err = capfd.readouterr().err
     assert "--- <Task" in err and "waits-for-the-gate" in err and "locks.py" in err, err[-2000:]
+
+
+_INTERRUPTIBLE = r'''
+import asyncio, os, signal, sys, threading, time
+from toolgym.journal import run_interruptible
+
+sig = getattr(signal, sys.argv[1])
+hits = int(sys.argv[2])
+ready = threading.Event()
+cleaned = []
+
+def sender():  # from another thread, as a child watcher's would take it
+    ready.wait(10)
+    for _ in range(hits):
+        time.sleep(0.3)
+        os.kill(os.getpid(), sig)
+
+async def main():
+    ready.set()
+    try:
+        await asyncio.Event().wait()  # idle: nothing else would wake the loop
+    finally:
+        cleaned.append("finally")
+        if hits > 1:
+            await asyncio.sleep(60)  # a stop that hangs: only the second signal ends it
+
+threading.Thread(target=sender, daemon=True).start()
+before = signal.getsignal(signal.SIGTERM)
+t0 = time.monotonic()
+try:
+    run_interruptible(main(), "the test")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", cleaned, f"{time.monotonic() - t0:.1f}", signal.getsignal(signal.SIGTERM) is before)
+'''
+
+
+@pytest.mark.parametrize(("sig", "hits"), [("SIGINT", 1), ("SIGTERM", 1), ("SIGINT", 2)])
+def test_run_interruptible_stops_cleanly_on_a_signal_from_any_thread(sig: str, hits: int) -> None:
+    """`run_interruptible`: the first SIGINT/SIGTERM cancels the main coroutine (its `finally` runs) and ends in
+    KeyboardInterrupt, even with the event loop idle and the signal sent from another thread; a second one forces
+    the stop while that `finally` hangs; the previous SIGTERM handler is back afterwards. A real process."""
+    res = subprocess.run([sys.executable, "-c", _INTERRUPTIBLE, sig, str(hits)], capture_output=True, text=True,
+                         timeout=60)
+    words = res.stdout.split()
+    assert words[:2] == ["KeyboardInterrupt", "['finally']"], res.stdout + res.stderr[-2000:]
+    assert float(words[2]) < 20, res.stdout  # not the 60 s sleep: the second signal forced it
+    assert words[3] == "True"
+    assert f"{sig}: stopping the test" in res.stderr

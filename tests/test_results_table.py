@@ -61,6 +61,13 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert games["minimax"][6] == "0.0"  # no game ran out of turns
     assert games["shortcut `copy` (exact)"][3:7] == ["0.0", "53.0", "47.0", "0"]
     assert set(games) >= {"minimax", "random", *(f"shortcut `{s}` (exact)" for s in ("random", "first-free", "copy"))}
+    # --pool: losses against the optimal opponent pooled over runs, each run's per-seed counts beside the total
+    lost = sum(mod.losses(tmp_path, "random")[0])
+    mod.main([str(tmp_path), "--pool", "both=minimax,random", "--pool=alone=random"])
+    pools = rows_of(capsys.readouterr().out)
+    assert pools["both"][0] == "2" and pools["both"][3] == "24" and pools["alone"][3] == "12"
+    assert pools["both"][1].startswith("minimax: 0+0; random: ")
+    assert pools["both"][2].startswith(f"{100 * lost / 24:.1f} (") and pools["alone"][2].startswith(f"{100 * lost / 12:.1f} (")
 
 
 def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def test_check_names_each_kind_of_bad_task_and_eval_refuses_them(tmp_path: Path)
     assert not any(x.startswith(f"{path}:1:") for x in lines)
     # the last task repeats the first: valid, named as a note (an eval would count its outcome twice)
     assert [x for x in lines if x.startswith(f"{path}:7:")] == [
-        f"{path}:7: the same task as {path}:1 (every field but id and split): an eval counts this outcome twice (note)"]
+        f"{path}:7: the same task as {path}:1 (every field but id, split and template_prompt): an eval counts this outcome twice (note)"]
     assert "7 tasks, 5 invalid" in lines[-1] and "1 repeated" in lines[-1]
 
     out = tmp_path / "run"

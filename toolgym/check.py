@@ -73,7 +73,7 @@ class CheckReport:
         twice" for an eval, "their rows weigh twice" for teacher data), or None when no task repeats another."""
         if not self.repeats:
             return None
-        return (f"{len(self.repeats)} task(s) repeat an earlier one (every field but id and split), so "
+        return (f"{len(self.repeats)} task(s) repeat an earlier one (every field but id, split and template_prompt), so "
                 f"{consequence}: {self.repeats[0].where} first (toolgym check lists them)")
 
 
@@ -247,7 +247,7 @@ def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckRepor
         j = first.setdefault(task_key(task), i)
         if j != i:
             report.repeats.append(TaskProblem(i, env.task_source(i), f"the same task as {env.task_source(j)} "
-                                              "(every field but id and split): an eval counts this outcome twice"))
+                                              "(every field but id, split and template_prompt): an eval counts this outcome twice"))
     report.seconds = time.perf_counter() - t0
     return report
 

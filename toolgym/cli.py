@@ -235,9 +235,6 @@ def eval_cmd(
 
         async def go() -> Any:
             nonlocal bar
-            from toolgym.journal import dump_tasks_on_sigusr1
-
-            dump_tasks_on_sigusr1()  # a hung run: `kill -USR1 PID` prints where each task waits
             try:
                 await policy.preflight()  # an endpoint that refuses connections: one error, no results folder
                 run_tasks, report = await checked_tasks(env, tasks, skip_invalid_tasks)
@@ -259,13 +256,13 @@ def eval_cmd(
                 await env.aclose()
                 await policy.aclose()
 
-        from toolgym.journal import sigterm_as_sigint
+        from toolgym.journal import run_interruptible, sigterm_as_sigint
 
         sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         bar: Any = None
         try:
             with server_logs(out / "servers"):  # the servers' stderr: never on the terminal
-                _, summary = asyncio.run(go())
+                _, summary = run_interruptible(go(), "the eval")  # Ctrl-C / SIGTERM: a clean stop; SIGUSR1: stacks
         except InvalidTasksError as exc:
             _fail(str(exc))
         except ServerStartError as exc:
@@ -430,7 +427,7 @@ def check_cmd(
     """Check an environment before running it: connect to its servers, list their tools and validate every task's
     `expected_calls` against the live schemas (the tool exists and the model sees it, the arguments exist, the values
     are valid, the required ones are given). Prints each bad task as FILE:LINE: reason; exits 2 if there is one.
-    A task that repeats an earlier one (every field but id and split) is valid but named as a note.
+    A task that repeats an earlier one (every field but id, split and template_prompt) is valid but named as a note.
     `toolgym eval`, `synth` and `train` run the same check first."""
     from toolgym.check import check_tasks
     from toolgym.mcp_bridge import ServerStartError

@@ -8,11 +8,13 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolgym.types import Trajectory
+
+T = TypeVar("T")
 
 
 def record_line(traj: Trajectory) -> tuple[str, Trajectory]:
@@ -120,9 +122,63 @@ def dump_tasks_on_sigusr1() -> None:
 
 
 def sigterm_as_sigint() -> None:
-    """Handle SIGTERM as Ctrl-C (SIGINT): `asyncio.run` then cancels the run, every `finally` runs (servers stopped,
-    sessions released, the journal closed) and the finished rollouts stay for `--resume`. SIGTERM's default action
-    ended the process at once, leaving servers' state behind (a SQL server's session databases, for one). The eval
-    and synth commands call it; main thread only (elsewhere a no-op)."""
+    """Handle SIGTERM as Ctrl-C (SIGINT) outside an event loop (loading a model, checking a folder): a KeyboardInterrupt
+    in the main thread. Inside the loop `run_interruptible` takes both signals over. SIGTERM's default action ended the
+    process at once, leaving servers' state behind (a SQL server's session databases, for one). Main thread only
+    (elsewhere a no-op)."""
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+
+
+def run_interruptible(main: Coroutine[Any, Any, T], what: str = "the run") -> T:
+    """`asyncio.run(main)` for a command whose stop must be clean: the first SIGINT (Ctrl-C) or SIGTERM cancels `main`,
+    so every `finally` runs (servers stopped, sandboxes removed, sessions released, journals closed) and it ends in
+    KeyboardInterrupt, as `asyncio.run` would; a second one raises KeyboardInterrupt at once (a forced stop). SIGUSR1
+    prints every task's stack (`dump_tasks_on_sigusr1`).
+
+    The signals are taken by the event loop (`loop.add_signal_handler`, woken through its self-pipe), not by a
+    Python-level handler as `asyncio.run`'s own Ctrl-C handling is: that one ran only when the main thread happened to
+    execute bytecode after the signal, and under a loaded machine an eval with a pool of stdio servers (whose
+    child-watcher threads wait in `waitpid`) once went on for over 60 s after Ctrl-C without ever cancelling. Where the
+    loop cannot take signals (not the main thread, Windows) this is plain `asyncio.run`."""
+    import asyncio
+    import sys
+
+    async def guarded() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        hits = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal hits
+            hits += 1
+            if hits > 1:
+                raise KeyboardInterrupt  # out of the loop at once: the second Ctrl-C forces the stop
+            print(f"\n{signal.Signals(signum).name}: stopping {what} (servers closing; again to force)",
+                  file=sys.stderr, flush=True)
+            assert task is not None
+            task.cancel()
+
+        taken: dict[int, Any] = {}
+        for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
+            if sig is None:
+                continue
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            taken[sig] = previous
+        dump_tasks_on_sigusr1()
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if hits:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            for sig, previous in taken.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)  # asyncio would leave SIG_DFL: SIGTERM stays a clean stop after the loop
+
+    return asyncio.run(guarded())

@@ -3,9 +3,11 @@ written by `run.sh`): position accuracy with 95 % Wilson intervals, game results
 tool calls; games with intervals beside the shortcut players' exact ceilings (copy the named cell, random, first
 free cell...).
 
-    python examples/tictactoe/results_table.py [runs/tictactoe] [MODEL ...]
+    python examples/tictactoe/results_table.py [runs/tictactoe] [MODEL ...] [--pool NAME=MODEL,MODEL ...]
 
-Without MODEL names, every model that has evals is listed (in the order their folders were made).
+Without MODEL names, every model that has evals is listed (in the order their folders were made). `--pool` adds a
+table of losses against the optimal opponent pooled over runs (seeds of one arm, say), every rollout counted (an
+errored game is a loss), with 95 % Wilson intervals.
 """
 
 from __future__ import annotations
@@ -63,11 +65,7 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
     """Win / draw / loss counts and valid-call counts over both seeds (pooled), or of the single-seed 200-game eval
     of the RL lines (`<model>-games200-<opponent>`, `run.sh weak / noisy / reader`)."""
     tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0, "capped": 0.0}
-    folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
-    if not all(f.is_dir() for f in folders):
-        folders = [root / "eval" / f"{model}-games200-{opponent}"]
-        if (root / "eval" / f"{model}-games200b-{opponent}").is_dir():  # a second fresh seed (run.sh forced-default)
-            folders.append(root / "eval" / f"{model}-games200b-{opponent}")
+    folders = game_folders(root, model, opponent) or [root / "eval" / f"{model}-games200-{opponent}"]
     for folder in folders:
         s = _load(folder)
         if s is None:
@@ -81,6 +79,49 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
         tot["calls"] += acc.get("calls", 0.0)
         tot["valid"] += acc.get("exec_ok", 0.0) * acc.get("calls", 0.0)
     return tot
+
+
+def game_folders(root: Path, model: str, opponent: str) -> list[Path]:
+    """The eval folders `games` reads for `model` against `opponent` (both fixed seeds, else the 200-game seeds)."""
+    folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
+    if all(f.is_dir() for f in folders):
+        return folders
+    return [root / "eval" / f"{model}-games{tag}-{opponent}" for tag in ("200", "200b")
+            if (root / "eval" / f"{model}-games{tag}-{opponent}").is_dir()]
+
+
+def losses(root: Path, model: str) -> tuple[list[int], int] | None:
+    """Games lost to the optimal opponent by `model`: (lost per eval folder, games), every rollout counted -- an errored
+    game is a loss (`outcomes` of the summary). None without evals."""
+    per, n = [], 0
+    folders = game_folders(root, model, "optimal")
+    for folder in folders:
+        s = _load(folder)
+        if s is None:
+            return None
+        k = s["rollouts"]
+        per.append(round(s["outcomes"]["loss"] * k) if "outcomes" in s else
+                   round(s["metrics"]["loss"]["mean"] * (k - s["errors"])) + s["errors"])
+        n += k
+    return (per, n) if folders else None
+
+
+def pooled(root: Path, groups: dict[str, list[str]]) -> str:
+    """Losses against the optimal opponent pooled over each group's runs (the seeds of one arm), with 95 % Wilson
+    intervals, beside each run's own: one seed of a CPU-scale run is not a measurement of its recipe."""
+    out = ["| arm | runs | lost per eval | losses % (95 % CI) | games |", "|---|---|---|---|---|"]
+    for name, runs in groups.items():
+        lost, n, per = 0, 0, []
+        for run in runs:
+            got = losses(root, run)
+            if got is None:
+                per.append(f"{run}: no evals")
+                continue
+            per.append(f"{run}: {'+'.join(map(str, got[0]))}")
+            lost += sum(got[0])
+            n += got[1]
+        out.append(f"| {name} | {len(runs)} | {'; '.join(per)} | {rate(lost, n)} | {n} |")
+    return "\n".join(out)
 
 
 def models(root: Path) -> list[str]:
@@ -200,8 +241,25 @@ def games_ci(root: Path, names: list[str]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    root = Path(argv[0]) if argv else Path("runs/tictactoe")
-    names = argv[1:] or models(root)
+    groups: dict[str, list[str]] = {}
+    args = []
+    it = iter(argv)
+    for a in it:
+        if a == "--pool" or a.startswith("--pool="):
+            spec = a.split("=", 1)[1] if a.startswith("--pool=") else next(it, "")
+            name, _, runs = spec.partition("=")
+            if not name or not runs:
+                sys.exit(f"--pool NAME=MODEL,MODEL: not {spec!r}")
+            groups[name] = runs.split(",")
+        else:
+            args.append(a)
+    root = Path(args[0]) if args else Path("runs/tictactoe")
+    names = args[1:] or ([] if groups else models(root))
+    if groups:
+        print(pooled(root, groups))
+        if not names:
+            return
+        print()
     print(table(root, names))
     print()
     print(games_ci(root, names))

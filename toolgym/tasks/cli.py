@@ -89,7 +89,6 @@ def generate_cmd(
 ) -> None:
     """Generate tasks by calling the server: schema-valid arguments, each call executed in a fresh episode and kept
     only if it succeeds, answers from the results, no-tool tasks, and a held-out split by values."""
-    import asyncio
     import os
 
     from toolgym.registry import load_env, parse_env_args
@@ -128,8 +127,10 @@ def generate_cmd(
             finally:
                 await env.aclose()
 
+        from toolgym.journal import run_interruptible
+
         try:
-            res = asyncio.run(go())
+            res = run_interruptible(go(), "task generation")  # Ctrl-C / SIGTERM: servers and sandboxes removed
         except (GenerationError, ValueError) as exc:
             _fail(str(exc))
     for path, rows in ((out, res["train"]), (held_path, res["heldout"])):

@@ -87,8 +87,6 @@ def synth_cmd(
 ) -> None:
     """Play a teacher through an env, filter by reward, export a chat-with-tools dataset. Each finished game is
     journaled next to OUT (OUT's stem + .games.jsonl) until OUT is written, so a killed run can --resume."""
-    import asyncio
-
     from rich.markup import escape
 
     from toolgym.check import InvalidTasksError, checked_tasks
@@ -141,11 +139,11 @@ def synth_cmd(
                 await policy.aclose()
 
         kept = f"; the finished games are kept in {journal}: re-run with --resume to play the rest"
-        from toolgym.journal import sigterm_as_sigint
+        from toolgym.journal import run_interruptible, sigterm_as_sigint
 
         sigterm_as_sigint()  # kill / systemd / a batch scheduler: the same clean stop as Ctrl-C
         try:
-            res = asyncio.run(go())
+            res = run_interruptible(go(), "synth")  # Ctrl-C / SIGTERM: a clean stop; SIGUSR1: the tasks' stacks
         except KeyError as exc:  # a --drop-if name the env does not have: every game is in the journal
             _fail(f"{exc.args[0]}{kept if journal.exists() else ''}")
         except InvalidTasksError as exc:
