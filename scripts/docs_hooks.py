@@ -29,6 +29,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/multi-server-base-heldout.png": ROOT / "examples" / "multi_server" / "base_heldout.png",
            "assets/multi-server-base-grpo.png": ROOT / "examples" / "multi_server" / "base_grpo_curves.png",
            "assets/own-server-grpo.png": ROOT / "examples" / "own_server" / "grpo_curves.png",
+           "assets/own-server-grpo-quoting.png": ROOT / "examples" / "own_server" / "grpo_quoting_curves.png",
            "assets/multi-server-quote-heldout.png": ROOT / "examples" / "multi_server" / "quote_heldout.png",
            "assets/multi-server-quote-grpo.png": ROOT / "examples" / "multi_server" / "quote_grpo_curves.png",
            "assets/tictactoe-forced-retry.png": ROOT / "examples" / "tictactoe" / "forced_retry.png",

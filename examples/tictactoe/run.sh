@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -61,6 +61,8 @@
 #           attack instead of a block stops paying (seventeenth round)
 #   forced-temp  forced-anneal's kl01 arm from the committed late start with its games sampled at temperature 1.0,
 #           beside the same at 0.7, two seeds each (eighteenth round)
+#   forced-opt  forced-temp's temperature-1.0 arm with the non-restarted games against the optimal opponent from step
+#           1 (no weak opponent to teach attacks instead of blocks), seeds 0 and 1 (nineteenth round)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -810,6 +812,29 @@ case "${1:-}" in
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     C=(); for a in "${A[@]}"; do C+=("$a=$N/$a"); done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_temp.png ;;
+  forced-opt)  # nineteenth round (docs: "Nineteenth round"): forced-temp's t10 arm with the quarter of each batch that
+    # is not restarted played against the optimal opponent from step 1 (random-move probability 0 throughout), where
+    # t10-anneal-kl01 reached it only at step 40: the eighteenth round read t10-kl01's losses as attacks played at
+    # block boards, learnt from the weak opponents. Seeds 0 and 1; each run's step-60 model and its last three
+    # checkpoints averaged on the 400 test games. Two at a time: ARMS=t10-opt-kl01 LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-opt continues the late start: run.sh forced-late-start first"; exit 2; }
+    A=(t10-opt-kl01 t10-opt-kl01-seed1)
+    for a in ${ARMS:-${A[*]}}; do
+      case $a in
+        t10-opt-kl01) S=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]") ;;
+        t10-opt-kl01-seed1) S=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]" -s seed=1) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
+      [ -f $N/$a/avg40-60/model.safetensors ] || toolgym model average $N/$a --steps 40,50,60 -o $N/$a/avg40-60
+      for s in 2718:games200 1618:games200b; do
+        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/avg40-60 "${s%%:*}"
+      done
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    python $X/forced_curve.py $R t10-anneal-kl01=$N/t10-anneal-kl01 t10-opt-kl01=$N/t10-opt-kl01 \
+      t10-opt-kl01-seed1=$N/t10-opt-kl01-seed1 --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -828,5 +853,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-default|table"; exit 2 ;;
 esac
