@@ -43,6 +43,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-slow.png": ROOT / "examples" / "tictactoe" / "forced_slow.png",
            "assets/tictactoe-forced-block.png": ROOT / "examples" / "tictactoe" / "forced_block.png",
            "assets/tictactoe-forced-temp.png": ROOT / "examples" / "tictactoe" / "forced_temp.png",
+           "assets/tictactoe-forced-opt.png": ROOT / "examples" / "tictactoe" / "forced_opt.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
