@@ -819,22 +819,37 @@ case "${1:-}" in
     # checkpoints averaged on the 400 test games. Two at a time: ARMS=t10-opt-kl01 LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-opt continues the late start: run.sh forced-late-start first"; exit 2; }
+    # ARMS=t10-opt-kl01-to90 (or t10-opt-kl01-seed1-to90): that run continued from its step-60 checkpoint to step 90
+    # (a copy: its step-60 checkpoint and records, then --resume with max_steps=90), its last three averaged at 70-90
     A=(t10-opt-kl01 t10-opt-kl01-seed1)
     for a in ${ARMS:-${A[*]}}; do
+      O=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]")
+      steps=40,50,60
       case $a in
-        t10-opt-kl01) S=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]") ;;
-        t10-opt-kl01-seed1) S=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]" -s seed=1) ;;
+        t10-opt-kl01) S=("${O[@]}") ;;
+        t10-opt-kl01-seed1) S=("${O[@]}" -s seed=1) ;;
+        t10-opt-kl01-to90|t10-opt-kl01-seed1-to90)
+          src=${a%-to90}; S=("${O[@]}" -s max_steps=90); [ $src = t10-opt-kl01 ] || S+=(-s seed=1); steps=70,80,90
+          [ -d $N/$src/checkpoints/step_000060 ] || { echo "$a continues $src: run ARMS=$src first"; exit 2; }
+          if [ ! -d $N/$a/checkpoints ]; then
+            mkdir -p $N/$a/checkpoints
+            cp -r $N/$src/checkpoints/step_000060 $N/$a/checkpoints/
+            cp $N/$src/config.json $N/$src/rollouts.jsonl.gz $N/$a/
+            python -c "import json,sys; sys.stdout.writelines(l for l in open('$N/$src/metrics.jsonl') if json.loads(l)['step'] <= 60)" > $N/$a/metrics.jsonl
+          fi ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
-      [ -f $N/$a/avg40-60/model.safetensors ] || toolgym model average $N/$a --steps 40,50,60 -o $N/$a/avg40-60
+      avg=avg${steps%%,*}-${steps##*,}
+      [ -f $N/$a/$avg/model.safetensors ] || toolgym model average $N/$a --steps $steps -o $N/$a/$avg
       for s in 2718:games200 1618:games200b; do
-        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/avg40-60 "${s%%:*}"
+        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/$avg "${s%%:*}"
       done
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
-    python $X/forced_curve.py $R t10-anneal-kl01=$N/t10-anneal-kl01 t10-opt-kl01=$N/t10-opt-kl01 \
-      t10-opt-kl01-seed1=$N/t10-opt-kl01-seed1 --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
+    C=(t10-anneal-kl01=$N/t10-anneal-kl01)  # each run to step 90 where it was continued (its first 60 steps are the same)
+    for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
