@@ -73,7 +73,7 @@ class CheckReport:
         twice" for an eval, "their rows weigh twice" for teacher data), or None when no task repeats another."""
         if not self.repeats:
             return None
-        return (f"{len(self.repeats)} task(s) repeat an earlier one (every field but id, split and template_prompt), so "
+        return (f"{len(self.repeats)} task(s) repeat an earlier one ({SAME_TASK}), so "
                 f"{consequence}: {self.repeats[0].where} first (toolgym check lists them)")
 
 
@@ -228,6 +228,10 @@ def check_task(env: StatefulToolEnv, task: dict[str, Any]) -> list[str]:
     return out
 
 
+SAME_TASK = "every field but id, split and template_prompt"
+"""What two tasks share when one repeats the other (`task_key`), as the repeat notes say it."""
+
+
 def task_key(task: dict[str, Any]) -> str:
     """What makes two tasks the same task: every field but `id`, `split` and `template_prompt` (the template a
     paraphrased prompt was reworded from, which no model sees): the request, the calls it expects, and whatever else
@@ -247,7 +251,7 @@ def check_tasks(env: StatefulToolEnv, tasks: list[dict[str, Any]]) -> CheckRepor
         j = first.setdefault(task_key(task), i)
         if j != i:
             report.repeats.append(TaskProblem(i, env.task_source(i), f"the same task as {env.task_source(j)} "
-                                              "(every field but id, split and template_prompt): an eval counts this outcome twice"))
+                                              f"({SAME_TASK}): an eval counts this outcome twice"))
     report.seconds = time.perf_counter() - t0
     return report
 

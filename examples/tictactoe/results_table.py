@@ -63,17 +63,19 @@ def positions(root: Path, model: str, split: str) -> dict[str, tuple[float, int]
 
 def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
     """Win / draw / loss counts and valid-call counts over both seeds (pooled), or of the single-seed 200-game eval
-    of the RL lines (`<model>-games200-<opponent>`, `run.sh weak / noisy / reader`)."""
+    of the RL lines (`<model>-games200-<opponent>`, `run.sh weak / noisy / reader`); every rollout counts, an errored
+    game as a loss."""
     tot = {"win": 0.0, "draw": 0.0, "loss": 0.0, "n": 0, "calls": 0.0, "valid": 0.0, "capped": 0.0}
     folders = game_folders(root, model, opponent) or [root / "eval" / f"{model}-games200-{opponent}"]
     for folder in folders:
         s = _load(folder)
         if s is None:
             return None
-        n = s["rollouts"] - s["errors"]
+        n = s["rollouts"] - s["errors"]  # the metrics' means are over the finished games; an errored one is a loss
         for k in ("win", "draw", "loss"):
             tot[k] += s["metrics"][k]["mean"] * n
-        tot["n"] += n
+        tot["loss"] += s["errors"]
+        tot["n"] += s["rollouts"]
         tot["capped"] += s.get("stop_reasons", {}).get("max_turns", 0)  # unfinished: the turn cap (invalid moves)
         acc = s.get("tool_accuracy", {}).get("*", {})
         tot["calls"] += acc.get("calls", 0.0)
