@@ -579,13 +579,13 @@ async def test_imperfect_teacher_free_list_names_the_free_cells_before_a_random_
             assert [int(c) for c in found.group(1).split()] == [j for j, c in enumerate(board) if c == "."]
             invalid += cell not in [int(c) for c in found.group(1).split()]
     assert listed > 20 and 0 < invalid < listed
-    from toolgym_tictactoe import _unreasoned
+    from toolgym_tictactoe import unreasoned_think
 
     board = "XO.OX.XO."
-    assert _unreasoned(board, "track", 5).endswith("\nI'll play somewhere free. I play 5.")
-    assert _unreasoned(board, "track", 5, free_list=True).endswith("\nI'll play somewhere free: 2 5 8. I play 5.")
-    assert _unreasoned(board, "none", 5, free_list=True) == "Free: 2 5 8. I play 5."
-    assert _unreasoned(board, "none", 5, free_list=True, order=[8, 2, 5]) == "Free: 8 2 5. I play 5."
+    assert unreasoned_think(board, "track", 5).endswith("\nI'll play somewhere free. I play 5.")
+    assert unreasoned_think(board, "track", 5, free_list=True).endswith("\nI'll play somewhere free: 2 5 8. I play 5.")
+    assert unreasoned_think(board, "none", 5, free_list=True) == "Free: 2 5 8. I play 5."
+    assert unreasoned_think(board, "none", 5, free_list=True, order=[8, 2, 5]) == "Free: 8 2 5. I play 5."
 
 
 @pytest.mark.anyio

@@ -131,3 +131,23 @@ def render(board: str) -> str:
         cells = [board[3 * r + i] if board[3 * r + i] != EMPTY else str(3 * r + i) for i in range(3)]
         rows.append(" " + " | ".join(cells))
     return "\n---+---+---\n".join(rows)
+
+
+def status(board: str) -> str:
+    """The game's state from X's side: "win", "loss", "draw" or "in_progress"."""
+    w = winner(board)
+    if w == "X":
+        return "win"
+    if w == "O":
+        return "loss"
+    return "draw" if EMPTY not in board else "in_progress"
+
+
+def describe(board: str) -> str:
+    """What the server shows the player: the grid (`render`), the pieces (`pieces`), then whose move it is and the
+    free cells, or how the game ended."""
+    text = f"{render(board)}\n{pieces(board)}\n"
+    state = status(board)
+    if state == "in_progress":
+        return text + f"You are X. Your move. Free cells: {', '.join(str(c) for c in free_cells(board))}."
+    return text + {"win": "Game over: you won.", "loss": "Game over: you lost.", "draw": "Game over: draw."}[state]

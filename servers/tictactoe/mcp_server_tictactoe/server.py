@@ -73,14 +73,7 @@ class Game:
 
     @property
     def status(self) -> str:
-        w = g.winner(self.board)
-        if w == "X":
-            return "win"
-        if w == "O":
-            return "loss"
-        if g.EMPTY not in self.board:
-            return "draw"
-        return "in_progress"
+        return g.status(self.board)
 
     def opponent_reply(self) -> int:
         cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O", self.style)
@@ -89,14 +82,7 @@ class Game:
         return cell
 
     def describe(self) -> str:
-        text = f"{g.render(self.board)}\n{g.pieces(self.board)}\n"
-        status = self.status
-        if status == "in_progress":
-            free = ", ".join(str(c) for c in g.free_cells(self.board))
-            text += f"You are X. Your move. Free cells: {free}."
-        else:
-            text += {"win": "Game over: you won.", "loss": "Game over: you lost.", "draw": "Game over: draw."}[status]
-        return text
+        return g.describe(self.board)
 
 
 def parse_position(board: str) -> str:
