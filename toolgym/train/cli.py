@@ -192,12 +192,27 @@ def sft_cmd(
         def tick(r: dict[str, Any]) -> None:
             prog.update(bar, total=r["total"], completed=r["step"], info=f"loss {r['loss']:.4f} lr {r['lr']:.2e}")
 
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / a batch scheduler: stops as Ctrl-C does, with the note below
         try:
             res = run_sft(cfg, resume, tick)
         except (FileExistsError, FileNotFoundError, ValueError) as exc:
             _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail(f"interrupted; {_checkpoint_note(cfg.output_dir)}")
     console.print(f"SFT done: {res['total_steps']} steps on {res['rows']} rows, final loss {res.get('loss', float('nan')):.4f} "
                   f"-> {res['final']} (use it as hf:{res['final']})")
+
+
+def _checkpoint_note(out: Path) -> str:
+    """Where an interrupted run can go on from: its last checkpoint, or that it has none yet."""
+    from toolgym.train.runstate import latest_checkpoint
+
+    last = latest_checkpoint(Path(out))
+    if last is None:
+        return f"no checkpoint was written yet in {out} (the run starts again from its first step)"
+    return f"the last checkpoint is {last}: add --resume to go on from it"
 
 
 @app.command("train")
@@ -232,12 +247,17 @@ def train_cmd(
                     f"{r['step_s']:.1f}s/step")
             prog.update(bar, completed=r["step"], info=info)
 
+        from toolgym.journal import sigterm_as_sigint
+
+        sigterm_as_sigint()  # kill / a batch scheduler: the same clean stop as Ctrl-C, also while the model loads
         try:
             last = run_grpo(cfg, resume, tick)
         except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
             _fail(str(exc))
         except ServerStartError as exc:
             _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail(f"interrupted; {_checkpoint_note(cfg.output_dir)}")
     console.print(f"done in {time.time() - t0:.0f}s; last step reward {last.get('reward', float('nan')):.3f} -> "
                   f"{cfg.output_dir}/final (use it as hf:{cfg.output_dir}/final)")
 

@@ -23,7 +23,6 @@ One step:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import random
@@ -610,7 +609,12 @@ class GRPOTrainer:
         return {f"eval/{k}": v for k, v in rollout_metrics(trajs).items()}
 
     def run(self) -> dict[str, Any]:
-        return asyncio.run(self._run())
+        """Run the loop. The first SIGINT (Ctrl-C) or SIGTERM cancels it where the event loop next runs (between
+        rollouts, or once a running update returns): the metrics log is closed and the servers and sandboxes stopped,
+        then KeyboardInterrupt; the last checkpoint stays for `--resume` (`toolgym.journal.run_interruptible`)."""
+        from toolgym.journal import run_interruptible
+
+        return run_interruptible(self._run(), "the GRPO run")
 
 
 def run_grpo(cfg: GRPOConfig, resume: bool = False, on_step: Callable[[dict[str, Any]], None] | None = None,
