@@ -223,6 +223,15 @@ class StatefulToolEnv:
         raise NotImplementedError(f"{type(self).__name__} cannot restart episodes from a reached state; override "
                                   "restart_tasks to use GRPO's restart_share")
 
+    def symmetric_images(self, messages: list[dict[str, Any]], k: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+        """Up to `k` conversations equivalent to the finished episode `messages` under a symmetry of the task (a
+        rotated or mirrored board): the same decisions, each written as the model would have written it there, whose
+        episode is exactly as likely and scores the same reward (GRPO's `symmetry_images` trains on them with the
+        episode's advantage). [] where none can be written faithfully. Only an env whose task has symmetries can;
+        the default says so. Use `rng` for every choice (seeded per step)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no symmetries; override symmetric_images to use "
+                                  "GRPO's symmetry_images")
+
     def restart_options(self) -> list[str]:
         """The options set on this env that act only through `restart_tasks` (default: none). GRPO refuses them
         without `restart_share`, where they would change nothing."""

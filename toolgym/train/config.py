@@ -126,6 +126,12 @@ class GRPOConfig(ModelTrainConfig):
     save_rollouts: bool = Field(False, description="Append every rollout of every step (task, messages, calls, "
         "rewards, metrics; no tokens) to OUTPUT/rollouts.jsonl.gz, one gzip member per step: what the run's games "
         "visited, for analyses after training.")
+    symmetry_images: int = Field(0, ge=0, le=7, description="Also train on up to this many images of each trained "
+                                 "sequence under the env's symmetries (`env.symmetric_images`: a rotated or "
+                                 "mirrored game, equally likely and scored the same), with its advantage -- every "
+                                 "decision's credit in every orientation at once, as AlphaZero's symmetric "
+                                 "augmentation. Images are re-rendered text, so their behaviour log-probs are the "
+                                 "trainer's own before the update; 0: off.")
     ema_decay: float = Field(0.0, ge=0, lt=1, description="Keep an exponential moving average of the trained "
         "weights, updated after every optimizer step (ema = decay * ema + (1 - decay) * weights: about "
         "1 / (1 - decay) steps, 0.9 = ten); the sampler keeps the live weights, while periodic evals, `final/` and "

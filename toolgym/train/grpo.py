@@ -11,6 +11,8 @@ One step:
         groups with an errored rollout dropped, zero-advantage sequences optionally skipped;
      b. `micro_batches`: the exact sampled tokens (`Trajectory.tokens`: ids, assistant mask, sampler logprobs)
         padded into `MicroBatch`es, each token weighted with the whole step's normalisers (`loss.token_weights`);
+        with `symmetry_images`, also each trained episode's images under the env's symmetries (`images`: rendered
+        by the chat template, the episode's advantage, behaviour log-probs the trainer's own);
      c. `train_step`, per micro-batch: trainer log-probs, drift vs the sampler (first pass), the reference's
         log-probs for the KL, `loss.policy_loss`, backward (the gradients accumulate);
      d. `optimizer_step`: grad clip, AdamW, schedule, the weights' EMA if `ema_decay` (c and d run
@@ -101,6 +103,7 @@ class MicroBatch:
     adv: torch.Tensor  # [B] group-relative advantage of each sequence
     pg_weights: torch.Tensor  # each token's weight in the policy term (token_weights over pg_mask, step normalisers)
     kl_weights: torch.Tensor  # each token's weight in the KL term (over sampled_mask; pg_weights when they agree)
+    image: bool = False  # symmetric images (not sampled): old_logp is the trainer's before the update, no drift
 
 
 @dataclass
@@ -115,6 +118,7 @@ class Totals:
     drift_abs_sum: float = 0.0
     drift_max: float = 0.0
     drift_kl_sum: float = 0.0  # k1 estimate of KL(sampler || trainer)
+    drift_tokens: float = 0.0  # the policy-gradient tokens the drift was measured on (sampled sequences only)
 
     def add_loss_stats(self, st: dict[str, Any]) -> None:
         self.clip_frac_sum += st["clip_frac"] * st["tokens"]
@@ -127,13 +131,15 @@ class Totals:
         self.drift_abs_sum += float(d.abs().sum())
         self.drift_max = max(self.drift_max, float(d.abs().max()))
         self.drift_kl_sum += float((-d).sum())
+        self.drift_tokens += float(b.pg_mask.sum())
 
     def stats(self, passes: int) -> dict[str, float]:
         tok = max(self.tokens, 1.0)
         n0 = tok / passes  # tokens of one pass
+        nd = max(self.drift_tokens, 1.0)
         return {"clip_frac": self.clip_frac_sum / tok, "kl_ref": self.kl_sum / tok, "ratio_mean": self.ratio_sum / tok,
-                "drift_abs": self.drift_abs_sum / n0, "drift_max": self.drift_max,
-                "drift_kl": self.drift_kl_sum / n0, "train_tokens": n0}
+                "drift_abs": self.drift_abs_sum / nd, "drift_max": self.drift_max,
+                "drift_kl": self.drift_kl_sum / nd, "train_tokens": n0}
 
 
 def inert_phase_args(cfg: GRPOConfig) -> list[str]:
@@ -210,6 +216,9 @@ class GRPOTrainer:
         if cfg.restart_share and type(self.env).restart_tasks is StatefulToolEnv.restart_tasks:
             raise ValueError(f"config restart_share: the env {cfg.env!r} cannot restart episodes from a reached state "
                              "(it does not implement restart_tasks)")
+        if cfg.symmetry_images and type(self.env).symmetric_images is StatefulToolEnv.symmetric_images:
+            raise ValueError(f"config symmetry_images: the env {cfg.env!r} declares no symmetries (it does not "
+                             "implement symmetric_images)")
         idle_restart = [] if cfg.restart_share else self.env.restart_options()
         if idle_restart:
             raise ValueError(f"config env_args {', '.join(idle_restart)}: acts only on restarted groups, and "
@@ -356,9 +365,13 @@ class GRPOTrainer:
     def update(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One learning step on a rollout batch: select groups -> micro-batches -> `updates_per_batch` x (train step,
         optimizer step) -> sync the sampler. Returns the stats (metrics.jsonl keys, and `sync_s`)."""
-        seqs, adv, stats = self.select_groups(trajs)
+        seqs, adv, stats, used = self.select_groups(trajs)
         if seqs:
-            batches, stats["truncated"] = self.micro_batches(seqs, adv)
+            images, image_adv = [], adv[:0]
+            if self.cfg.symmetry_images:
+                images, image_adv = self.images(used, adv)
+                stats["image_seqs"] = float(len(images))
+            batches, stats["truncated"] = self.micro_batches(seqs, adv, images, image_adv)
             totals = Totals()
             for it in range(self.cfg.updates_per_batch):
                 stats["loss"] = self.train_step(batches, totals, first=it == 0)
@@ -367,10 +380,11 @@ class GRPOTrainer:
         stats["sync_s"] = self.sync_sampler()
         return stats
 
-    def select_groups(self, trajs: list[Trajectory]) -> tuple[list[TokenTrace], Any, dict[str, float]]:
-        """The sequences to train on and their group-relative advantages. A group with an errored or token-less
-        rollout is dropped (`drop_errored`; else that rollout counts as reward 0); `skip_constant_groups` leaves
-        out the sequences whose advantage is 0."""
+    def select_groups(self, trajs: list[Trajectory]
+                      ) -> tuple[list[TokenTrace], Any, dict[str, float], list[Trajectory]]:
+        """The sequences to train on, their group-relative advantages, stats, and the trajectories they are (in the
+        same order). A group with an errored or token-less rollout is dropped (`drop_errored`; else that rollout
+        counts as reward 0); `skip_constant_groups` leaves out the sequences whose advantage is 0."""
         import torch
 
         cfg, G = self.cfg, self.cfg.rollouts_per_example
@@ -385,46 +399,76 @@ class GRPOTrainer:
             rewards.extend(0.0 if t in bad else t.reward for t in g)
         stats: dict[str, float] = {"groups_used": len(kept) // G, "groups_dropped": len(groups) - len(kept) // G}
         if not kept:
-            return [], None, stats
+            return [], None, stats, []
         adv = group_advantages(torch.tensor(rewards), G, scale=cfg.scale_rewards)
         stats["zero_adv_groups"] = float(sum(1 for i in range(0, len(adv), G) if adv[i : i + G].abs().max() < 1e-8))
         stats["adv_abs_mean"] = float(adv.abs().mean())
         idx = list(range(len(kept)))
         if cfg.skip_constant_groups:
             idx = [i for i in idx if abs(float(adv[i])) > 1e-8]
-        return [kept[i].tokens for i in idx], adv[idx], stats
+        return [kept[i].tokens for i in idx], adv[idx], stats, [kept[i] for i in idx]
 
-    def micro_batches(self, sampled: list[TokenTrace], adv: Any) -> tuple[list[MicroBatch], float]:
+    def images(self, used: list[Trajectory], adv: Any) -> tuple[list[TokenTrace], Any]:
+        """`symmetry_images`: each trained episode's images under the env's symmetries (`env.symmetric_images`, up
+        to `symmetry_images` each, drawn with a per-step rng), tokenized by the chat template up to the last
+        assistant turn, as the sampled trace ends, each with its episode's advantage."""
+        import torch
+
+        from toolgym.models.chat import ChatRenderer, tokenize_conversation
+
+        renderer = getattr(self, "_renderer", None) or ChatRenderer(self.tok)
+        self._renderer = renderer
+        rng = random.Random(f"images:{self.cfg.seed}:{self.step}")
+        tools = self.env.model_tools()
+        traces, owners = [], []
+        for i, t in enumerate(used):
+            for msgs in self.env.symmetric_images(t.messages, self.cfg.symmetry_images, rng):
+                last = max(k for k, m in enumerate(msgs) if m.get("role") == "assistant")
+                traces.append(tokenize_conversation(renderer, msgs[: last + 1], tools or None))
+                owners.append(i)
+        return traces, adv[torch.tensor(owners, dtype=torch.long)] if owners else adv[:0]
+
+    def micro_batches(self, sampled: list[TokenTrace], adv: Any, images: list[TokenTrace] | None = None,
+                      image_adv: Any = None) -> tuple[list[MicroBatch], float]:
         """The step's sequences cut into micro-batches of padded tensors, each token weighted with the whole step's
         normalisers (`token_weights`: accumulating the micro-batches' gradients gives the one-batch gradient);
         also the number of sequences cut at max_seq_len. Sequences are grouped by length (longest first), so a
         micro-batch pads little: whole games of 900-2,000 tokens in one step otherwise pad each micro-batch to its
-        longest game."""
-        order = sorted(range(len(sampled)), key=lambda i: -len(sampled[i]))
-        sampled, adv = [sampled[i] for i in order], adv[order]
-        cfg, n_seqs = self.cfg, len(sampled)
-        pg = sampled  # the policy gradient's tokens: every sampled token, or each turn's answer only
-        if cfg.pg_tokens == "answer":
-            pg = [answer_only(t, self.reasoning_end_ids) for t in sampled]
+        longest game. `images` (symmetric images, with `image_adv`) get micro-batches of their own, weighted with
+        the same normalisers over sampled and image sequences together."""
+        cfg, images = self.cfg, images or []
+        parts = [(sampled, adv, False), (images, image_adv, True)] if images else [(sampled, adv, False)]
+        ordered = []
+        for seqs, a, image in parts:
+            order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+            seqs = [seqs[i] for i in order]
+            pg = seqs  # the policy gradient's tokens: every sampled token, or each turn's answer only
+            if cfg.pg_tokens == "answer":
+                pg = [answer_only(t, self.reasoning_end_ids) for t in seqs]
+            ordered.append((seqs, pg, a[order], image))
         max_len = cfg.max_tokens * int(getattr(self.env, "max_turns", 1))  # dr_grpo's constant normaliser
 
         def n_loss_tokens(ts: list[TokenTrace]) -> int:
             return sum(sum(t.mask[1 : min(len(t), cfg.max_seq_len)]) for t in ts)
 
-        n_pg, n_sampled = n_loss_tokens(pg), n_loss_tokens(sampled)
+        n_seqs = sum(len(seqs) for seqs, _, _, _ in ordered)
+        n_pg = sum(n_loss_tokens(pg) for _, pg, _, _ in ordered)
+        n_sampled = sum(n_loss_tokens(seqs) for seqs, _, _, _ in ordered)
         batches = []
-        for j in range(0, n_seqs, cfg.micro_batch_size):
-            part = slice(j, j + cfg.micro_batch_size)
-            t = {k: v.to(self.dev) for k, v in pad_batch(pg[part], self.pad, cfg.max_seq_len).items()}
-            pg_weights = token_weights(t["mask"], cfg.loss_type, n_seqs, n_pg, max_len)
-            sampled_mask, kl_weights = t["mask"], pg_weights
-            if pg is not sampled:  # log-probs (and the KL) over every sampled token, the gradient on the answer
-                sampled_mask = pad_batch(sampled[part], self.pad, cfg.max_seq_len)["mask"].to(self.dev)
-                kl_weights = token_weights(sampled_mask, cfg.loss_type, n_seqs, n_sampled, max_len)
-            batches.append(MicroBatch(ids=t["ids"], attn=t["attn"], pg_mask=t["mask"], sampled_mask=sampled_mask,
-                                      sampler_logp=t["sampler_logp"], old_logp=t["sampler_logp"],
-                                      adv=adv[part].to(self.dev), pg_weights=pg_weights, kl_weights=kl_weights))
-        return batches, float(sum(len(t) > cfg.max_seq_len for t in sampled))
+        for seqs, pg, a, image in ordered:
+            for j in range(0, len(seqs), cfg.micro_batch_size):
+                part = slice(j, j + cfg.micro_batch_size)
+                t = {k: v.to(self.dev) for k, v in pad_batch(pg[part], self.pad, cfg.max_seq_len).items()}
+                pg_weights = token_weights(t["mask"], cfg.loss_type, n_seqs, n_pg, max_len)
+                sampled_mask, kl_weights = t["mask"], pg_weights
+                if pg is not seqs:  # log-probs (and the KL) over every sampled token, the gradient on the answer
+                    sampled_mask = pad_batch(seqs[part], self.pad, cfg.max_seq_len)["mask"].to(self.dev)
+                    kl_weights = token_weights(sampled_mask, cfg.loss_type, n_seqs, n_sampled, max_len)
+                batches.append(MicroBatch(ids=t["ids"], attn=t["attn"], pg_mask=t["mask"], sampled_mask=sampled_mask,
+                                          sampler_logp=t["sampler_logp"], old_logp=t["sampler_logp"],
+                                          adv=a[part].to(self.dev), pg_weights=pg_weights, kl_weights=kl_weights,
+                                          image=image))
+        return batches, float(sum(len(t) > cfg.max_seq_len for seqs, _, _, _ in ordered for t in seqs))
 
     def train_step(self, batches: list[MicroBatch], totals: Totals, first: bool) -> float:
         """Forward and backward over every micro-batch (the gradients accumulate); returns the step's loss. The
@@ -441,7 +485,9 @@ class GRPOTrainer:
         loss_total = 0.0
         for b in batches:
             logp = self._logp(self.model, b)
-            if first:
+            if first and b.image and cfg.old_logprobs != "trainer":  # no sampler: the weights before this update
+                b.old_logp = logp.detach()
+            if first and not b.image:
                 totals.add_drift(logp.detach(), b)
             loss, st = policy_loss(logp, b.old_logp, b.adv, b.pg_weights, cfg.loss_type, cfg.epsilon,
                                    cfg.epsilon_high, cfg.epsilon_high_is, self.ref_logprobs(b), cfg.kl_coef,

@@ -466,6 +466,13 @@ class TicTacToeEnv(StatefulToolEnv):
                 rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
         return rows
 
+    def symmetric_images(self, messages: list[dict[str, Any]], k: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+        """The game under up to `k` rotations and reflections of the board (`toolgym_tictactoe.symmetry`): the
+        opponent and the outcome are symmetric, so each image is an equally likely game with the same reward."""
+        from toolgym_tictactoe.symmetry import game_images
+
+        return game_images(messages, k, rng)
+
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
         "forfeit"`, `restart_board = "last_unforced"` and `restart_symmetry` act only on restarted groups (GRPO's
