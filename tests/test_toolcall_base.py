@@ -104,14 +104,46 @@ def test_pretrain_writes_values_bare_only_once_copying_had_half_its_stage(tmp_pa
     real = pre.scene
 
     def spy(*args: object) -> list[dict[str, object]]:
-        seen.append(float(args[-1]))  # type: ignore[arg-type]
+        seen.append(tuple(float(a) for a in args[5:]))  # type: ignore[arg-type]  # call, bare, ref, ref call shares
         return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pre, "scene", spy)
     init = init_tiny(tmp_path / "init", size="tiny", split=WORD_SPLIT,
                      corpus_sources=["chatml", lambda rng: toolcall_corpus(rng, 100)])
-    pretrain(init, tmp_path / "out", steps=8, batch_size=2, micro_batch_size=2, copy_share=0.5, unquoted_share=0.4)
-    assert seen == [0.0, 0.0, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4]  # steps 1-2 quoted; 3-4 (copy, 2nd half), 5-8 (tools)
+    pretrain(init, tmp_path / "out", steps=8, batch_size=2, micro_batch_size=2, copy_share=0.5, unquoted_share=0.4,
+             ref_share=0.3, ref_call_share=0.2, call_share=0.1)
+    # steps 1-2: quoted drills only; 3-4 (copy, 2nd half): bare values and reference drills; 5-8 (tools): call and
+    # reference call drills too
+    assert seen == [(0.0, 0.0, 0.0, 0.0)] * 2 + [(0.0, 0.4, 0.3, 0.0)] * 2 + [(0.1, 0.4, 0.3, 0.2)] * 4
+
+
+def test_reference_drills_name_an_entry_the_listing_holds() -> None:
+    """`ref_drill` / `ref_call_drill`: the answer (or the second call's value) is exactly the entry the request names
+    by its place, as `entries` reads the listing; and a `ref` share of 0 leaves the copy drills' stream as shipped."""
+    import random
+
+    from toolgym.models.toolcall import copy_drill, ref_call_drill, ref_drill, ref_drill_tools
+    from toolgym.tasks.sampling import Vocabulary, entries
+    from toolgym.tasks.templates import ORDINALS
+
+    rng, vocab = random.Random(3), Vocabulary(novel=0.6)
+    for _ in range(200):
+        user, answer = ref_drill(rng, vocab)
+        text = user["content"]
+        word = next(w for w in ORDINALS if f"the {w} entry of" in text)
+        listing = "\n".join(ln for ln in text.splitlines() if "entry of" not in ln and ln != "Here is a result:")
+        assert answer["content"] == f"<answer>{entries(listing)[ORDINALS.index(word)]}</answer>"
+    for _ in range(50):
+        row = ref_call_drill(rng, vocab, ref_drill_tools(rng, vocab, 3), 2)
+        for i in (0, 6):
+            prompt, listing, second = (row["messages"][1 + i]["content"], row["messages"][3 + i]["content"],
+                                       row["messages"][4 + i]["tool_calls"][0]["function"]["arguments"])
+            word = next(w for w in ORDINALS if f"the {w} entry of that result" in prompt)
+            assert entries(listing)[ORDINALS.index(word)] in second.values()
+    a, b = random.Random(9), random.Random(9)
+    assert copy_drill(a, vocab, 6) == copy_drill(b, vocab, 6, ref=0.0)
+    mixed = copy_drill(random.Random(4), vocab, 40, ref=0.5)
+    assert 5 < mixed["kinds"].count("ref") < 35 and len(mixed["messages"]) == 81
 
 
 def test_call_drills_state_every_value_they_call_with() -> None:
@@ -212,5 +244,6 @@ def test_eval_base_measures_copying_on_fresh_drills() -> None:
 
     res = eval_toolcall(default_base(), n=30, seed=7)
     assert res["copy_ok"]["n"] == 30 and res["copy_unquoted_ok"]["n"] == 30
+    assert res["ref_ok"]["n"] == 30 and res["ref_call_ok"]["n"] == 30
     assert res["copy_ok"]["rate"] >= 0.35
     assert res["abstain_ok"]["n"] + res["call_match"]["n"] == 30

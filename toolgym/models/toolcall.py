@@ -37,6 +37,7 @@ from typing import Any
 from toolgym.tasks.sampling import ArgSampler, Pools, SchemaError, Vocabulary, entries
 from toolgym.tasks.templates import (
     NO_TOOL_TEMPLATES,
+    ORDINALS,
     answer_clause,
     call_prompt,
     chain_prompt,
@@ -278,23 +279,106 @@ COPY_TEMPLATES = ("Repeat {v} back to me.", "Say {v}.", "Reply with exactly {v}.
 
 
 def copy_drill(rng: random.Random, vocab: Vocabulary | None = None, requests: int = 8,
-               system: str | None = None, unquoted: float = 0.0) -> dict[str, Any]:
+               system: str | None = None, unquoted: float = 0.0, ref: float = 0.0) -> dict[str, Any]:
     """A conversation without tools of `requests` copy requests: a value of any shape (words, invented names, ids,
     paths, numbers, e-mail addresses, times) quoted in the request and answered exactly. Short and dense in copied
     tokens: the cheapest way to make a tiny model copy before it learns where values go in a call. An `unquoted`
     share of the values is written bare after a space (`Say lisbon.md.`): with the `word` split a name after a space
     is other tokens (`Ġl is bon`) than in the answer (`>lis bon`), as a listing's entry is than the same name in a
-    call's JSON string -- these drills ask for that mapping. 0 draws nothing extra (the shipped base's stream)."""
+    call's JSON string -- these drills ask for that mapping. A `ref` share of the requests are reference drills
+    instead (`ref_drill`: the n-th entry of a listing answered back). 0 draws nothing extra (the shipped base's
+    stream)."""
     vocab = vocab or Vocabulary(novel=0.6)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
+    kinds = []
     for _ in range(requests):
+        if ref and rng.random() < ref:
+            msgs += ref_drill(rng, vocab)
+            kinds.append("ref")
+            continue
+        kinds.append("copy")
         v = drill_value(rng, vocab)
         quoted = json.dumps(v, ensure_ascii=False) if rng.random() < 0.8 else f"'{v}'"
         if unquoted and rng.random() < unquoted:
             quoted = v
         prompt = rng.choice(COPY_TEMPLATES + NO_TOOL_TEMPLATES).format(v=quoted)
         msgs += [{"role": "user", "content": prompt}, {"role": "assistant", "content": f"<answer>{v}</answer>"}]
-    return {"messages": msgs, "tools": [], "kinds": ["copy"] * requests}
+    return {"messages": msgs, "tools": [], "kinds": kinds}
+
+
+REF_NOUNS = ("result", "result", "list", "listing")
+REF_TEMPLATES = ("{items}\nReply with {ref}.", "Here is a result:\n{items}\nWhat is {ref}?",
+                 "Answer with {ref}:\n{items}", "{items}\nSay {ref} and nothing else.",
+                 "Which is {ref}?\n{items}")
+
+
+def ref_listing(rng: random.Random, vocab: Vocabulary) -> tuple[str, list[str], int]:
+    """A list-like text as tools return them (`[FILE] x.md` lines, `[DIR]`, bullets, numbers, bare lines), its
+    entries as `toolgym.tasks.sampling.entries` reads them, and the index of one of them (among the first five, the
+    ones `ref_phrase` names by an ordinal). Entries are names, file names, ids and short phrases ("Rain jacket")."""
+    tag = rng.choice(["[FILE] ", "[DIR] ", "- ", "* ", "", "", "num"])
+    items: list[str] = []
+    for _ in range(rng.randint(2, 6)):
+        x = rng.choice([vocab.filename(rng), vocab.name(rng), vocab.ident(rng), vocab.phrase(rng, 1, 3)])
+        if x not in items:
+            items.append(x)
+    if len(items) < 2:
+        items.append(vocab.filename(rng) + "2")
+    lines = [f"{i + 1}. {x}" if tag == "num" else f"{tag}{x}" for i, x in enumerate(items)]
+    return "\n".join(lines), items, rng.randrange(min(len(items), len(ORDINALS)))
+
+
+def ref_drill(rng: random.Random, vocab: Vocabulary) -> list[dict[str, Any]]:
+    """One tool-less request that names an entry of a list by its place ("Reply with the second entry of that
+    list.") and its answer (the entry, exactly): reading *which* entry a request names, and carrying a name that a
+    listing writes after a tag and a space into an answer, where it is other tokens (`[FILE] lisbon.md`:
+    `Ġl is bon`; `<answer>lisbon.md`: `lis bon`) -- the step of a generated task's `(ref)` call."""
+    text, items, idx = ref_listing(rng, vocab)
+    ref = ref_phrase(idx, len(items)).replace("result", rng.choice(REF_NOUNS))
+    return [{"role": "user", "content": rng.choice(REF_TEMPLATES).format(items=text, ref=ref)},
+            {"role": "assistant", "content": f"<answer>{items[idx]}</answer>"}]
+
+
+def _drill_args(rng: random.Random, vocab: Vocabulary, tool: dict[str, Any]) -> dict[str, Any]:
+    return {k: drill_value(rng, vocab) if p["type"] == "string" else rng.randint(0, 10**rng.randint(1, 5))
+            for k, p in tool["function"]["parameters"]["properties"].items()}
+
+
+def ref_call_drill(rng: random.Random, vocab: Vocabulary, tools: list[dict[str, Any]], requests: int = 3,
+                   system: str | None = None) -> dict[str, Any]:
+    """A conversation of `requests` two-call requests to `tools` (`drill_tool`s, at least two, each with a string
+    parameter), each written as the task generator writes a `(ref)` task: the first call's values stated, one string
+    of the second call "the n-th entry of that result" -- the first call returns a listing (`ref_listing`) and the
+    second carries that entry into its JSON argument. Dense in exactly what a `(ref)` task asks; the answer copies
+    the second result."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system or rng.choice(SYSTEM_PROMPTS)}]
+    for i in range(requests):
+        a, b = rng.sample(tools, 2)
+        args_a, args_b = _drill_args(rng, vocab, a), _drill_args(rng, vocab, b)
+        props = b["function"]["parameters"]["properties"]
+        k = rng.choice([name for name, p in props.items() if p["type"] == "string"])
+        text, items, idx = ref_listing(rng, vocab)
+        args_b[k] = items[idx]
+        prompt = chain_prompt([(a, args_a, {}), (b, args_b, {k: ref_phrase(idx, len(items))})], rng)
+        result = rng.choice(DRILL_RESULTS)
+        msgs += [{"role": "user", "content": prompt}, _call_msg(2 * i, a["function"]["name"], args_a),
+                 {"role": "tool", "tool_call_id": f"call_{2 * i}", "content": text},
+                 _call_msg(2 * i + 1, b["function"]["name"], args_b),
+                 {"role": "tool", "tool_call_id": f"call_{2 * i + 1}", "content": result},
+                 {"role": "assistant", "content": f"<answer>{result}</answer>"}]
+    return {"messages": msgs, "tools": tools, "kinds": ["ref_call_drill"] * requests}
+
+
+def ref_drill_tools(rng: random.Random, vocab: Vocabulary, n: int) -> list[dict[str, Any]]:
+    """`n` `drill_tool`s for `ref_call_drill`, each given a string parameter if it drew none (the entry goes there)."""
+    taken: set[str] = set()
+    tools = [drill_tool(rng, vocab, taken) for _ in range(n)]
+    for t in tools:
+        params = t["function"]["parameters"]
+        if not any(p["type"] == "string" for p in params["properties"].values()):
+            params["properties"][rng.choice(["name", "path", "target", "value"])] = {"type": "string"}
+            params["required"] = list(params["properties"])
+    return tools
 
 
 def drill_tool(rng: random.Random, vocab: Vocabulary, taken: set[str]) -> dict[str, Any]:
@@ -339,20 +423,25 @@ def call_drill(rng: random.Random, vocab: Vocabulary, tools: list[dict[str, Any]
 
 
 def scene(rng: random.Random, vocab: Vocabulary, rows: int, drill_share: float = 0.3,
-          requests: tuple[int, int] = (1, 3), call_share: float = 0.0, unquoted: float = 0.0) -> list[dict[str, Any]]:
+          requests: tuple[int, int] = (1, 3), call_share: float = 0.0, unquoted: float = 0.0, ref: float = 0.0,
+          ref_call_share: float = 0.0) -> list[dict[str, Any]]:
     """`rows` conversations that share their system prompt and tools (random ones) and differ in their requests:
     what one micro-batch of pre-training holds. A batch whose rows start alike computes that prefix (the tool
     schemas) once (`toolgym.train.loss.masked_logprobs`), so requests cost little more than their own tokens -- as
     in fine-tuning on one env, where every row has the same tools. A `drill_share` of scenes are copy drills, a
-    `call_share` call drills (`call_drill`, 3-8 requests each, on 1-3 `drill_tool`s); `unquoted`: see `copy_drill`."""
+    `call_share` call drills (`call_drill`, 3-8 requests each, on 1-3 `drill_tool`s), a `ref_call_share` reference
+    call drills (`ref_call_drill`, 2-4 two-call requests on 2-3 tools); `unquoted`, `ref`: see `copy_drill`."""
     system = rng.choice(SYSTEM_PROMPTS)
     r = rng.random()
     if r < drill_share:
-        return [copy_drill(rng, vocab, rng.randint(2, 6), system, unquoted) for _ in range(rows)]
+        return [copy_drill(rng, vocab, rng.randint(2, 6), system, unquoted, ref) for _ in range(rows)]
     taken: set[str] = set()
     if r < drill_share + call_share:
         tools = [drill_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3]))]
         return [call_drill(rng, vocab, tools, rng.randint(3, 8), system) for _ in range(rows)]
+    if r < drill_share + call_share + ref_call_share:
+        tools = ref_drill_tools(rng, vocab, rng.choice([2, 2, 3]))
+        return [ref_call_drill(rng, vocab, tools, rng.randint(2, 4), system) for _ in range(rows)]
     tools = [random_tool(rng, vocab, taken) for _ in range(rng.choice([1, 2, 2, 3, 3, 4]))]
     return [conversation(rng, vocab, rng.randint(*requests), tools, system) for _ in range(rows)]
 
@@ -440,7 +529,10 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     whose value is copied from the first result), `copy_ok` (`n` fresh one-request copy drills of every value shape:
     the answer is exactly the quoted value -- the base's copying precision, which caps what fine-tuning reaches on
     unseen strings), `copy_unquoted_ok` (the same with the value written bare after a space, as a listing shows a
-    name: other tokens than in the answer with the `word` split), and `string_args_unseen` -- the share of string
+    name: other tokens than in the answer with the `word` split), `ref_ok` (`n` fresh reference drills: the n-th
+    entry of a listing answered back exactly, `ref_drill`), `ref_call_ok` (`n` fresh two-call requests whose second
+    value is "the n-th entry of that result", `ref_call_drill`: the second call exactly, given the gold first call
+    and its listing), and `string_args_unseen` -- the share of string
     argument values not in `seen` (e.g. every string value of the pre-training corpus). Rates with 95 % Wilson
     intervals."""
     import torch
@@ -465,13 +557,26 @@ def eval_toolcall(model_dir: str | Path, n: int = 200, seed: int = 12345, seen: 
     refs = [r for r in rows if r["kinds"][0] == "chain_ref"]
     second = _generate(model, tok, [prompt(r, 4) for r in refs], max_new_tokens)
     flags: dict[str, list[bool]] = {k: [] for k in ("call_match", "name_ok", "abstain_ok", "answer_ok", "chain_ref_ok",
-                                                     "copy_ok", "copy_unquoted_ok")}
+                                                     "copy_ok", "copy_unquoted_ok", "ref_ok", "ref_call_ok")}
     # each kind of drill on its own stream, so the other rates keep their rows
     for key, stream, unquoted in (("copy_ok", "copy", 0.0), ("copy_unquoted_ok", "bare", 1.0)):
         drill_rng = random.Random(f"toolcall-eval-{stream}:{seed}")
         drills = [copy_drill(drill_rng, vocab, 1, unquoted=unquoted) for _ in range(n)]
         copied = _generate(model, tok, [prompt(d, 2) for d in drills], max_new_tokens)
         flags[key] = [text.strip() == d["messages"][2]["content"] for d, text in zip(drills, copied, strict=True)]
+    ref_rng = random.Random(f"toolcall-eval-ref:{seed}")
+    ref_rows = [{"messages": [{"role": "system", "content": ref_rng.choice(SYSTEM_PROMPTS)}, *ref_drill(ref_rng, vocab)],
+                 "tools": []} for _ in range(n)]
+    answered = _generate(model, tok, [prompt(d, 2) for d in ref_rows], max_new_tokens)
+    flags["ref_ok"] = [text.strip() == d["messages"][2]["content"] for d, text in zip(ref_rows, answered, strict=True)]
+    call_rng = random.Random(f"toolcall-eval-refcall:{seed}")
+    ref_calls = [ref_call_drill(call_rng, vocab, ref_drill_tools(call_rng, vocab, 2), 1) for _ in range(n)]
+    seconds = _generate(model, tok, [prompt(d, 4) for d in ref_calls], max_new_tokens)
+    for d, text in zip(ref_calls, seconds, strict=True):
+        fn = d["messages"][4]["tool_calls"][0]["function"]
+        got = fmt.parse(text).tool_calls
+        flags["ref_call_ok"].append(len(got) == 1 and got[0].name == fn["name"]
+                                    and _exact(got[0].arguments, fn["arguments"]))
     strings: list[str] = []
     for row, text, fin in zip(rows, first, last, strict=True):
         msgs = row["messages"]
@@ -511,5 +616,6 @@ def corpus_strings(path: Path) -> set[str]:
     return out
 
 
-__all__ = ["COPY_TEMPLATES", "DRILL_RESULTS", "call_drill", "copy_drill", "drill_tool", "drill_value", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
+__all__ = ["COPY_TEMPLATES", "DRILL_RESULTS", "REF_TEMPLATES", "call_drill", "copy_drill", "ref_call_drill", "ref_drill",
+           "ref_drill_tools", "ref_listing", "drill_tool", "drill_value", "scene", "corpus_strings", "eval_toolcall", "SYSTEM_PROMPTS", "WORD_SPLIT", "conversation", "english_words", "random_listing", "random_param", "random_result",
            "random_tool", "toolcall_corpus", "write_corpus"]

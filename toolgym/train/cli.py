@@ -297,6 +297,12 @@ def pretrain_cmd(
     unquoted_share: float = typer.Option(0.0, "--unquoted-share", min=0.0, max=1.0, help="Share of copy drills whose "
                                          "value is written bare after a space, from the copy stage's second half "
                                          "(a name as a listing shows it, answered as a call writes it)."),
+    ref_share: float = typer.Option(0.0, "--ref-share", min=0.0, max=1.0, help="Share of copy-drill requests that "
+                                    "ask for the n-th entry of a listing instead, from the copy stage's second half "
+                                    "(reading which entry a request names, as a generated task's (ref) call must)."),
+    ref_call_share: float = typer.Option(0.0, "--ref-call-share", min=0.0, max=1.0, help="Share of the tool-use "
+                                         "stage's scenes that are reference call drills (two calls, the second's "
+                                         "value 'the n-th entry of that result')."),
     tokenizer_from: Path | None = typer.Option(None, "--tokenizer", help="Reuse this model folder's tokenizer "
                                                "(e.g. toolgym/models/toolcall_base) instead of training one."),
     seed: int = typer.Option(0, "--seed"),
@@ -322,6 +328,7 @@ def pretrain_cmd(
                                    batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                                    num_threads=num_threads, eval_n=eval_n, copy_share=copy_share,
                                    copy_learning_rate=copy_lr, call_share=call_share, unquoted_share=unquoted_share,
+                                   ref_share=ref_share, ref_call_share=ref_call_share,
                                    tokenizer_from=tokenizer_from, on_step=tick)
     ev = info.get("eval", {})
     rates = ", ".join(f"{k} {100 * v['rate']:.0f} %" for k, v in ev.items() if isinstance(v, dict) and v.get("rate") is not None)

@@ -34,7 +34,8 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
              batch_size: int = BATCH_SIZE, micro_batch_size: int = 16, learning_rate: float = 3e-3, warmup_steps: int = 20,
              seed: int = 0, num_threads: int | None = None, drill_share: float = 0.3,
              requests: tuple[int, int] = (1, 3), copy_share: float = 0.0, copy_learning_rate: float | None = None,
-             call_share: float = 0.0, unquoted_share: float = 0.0,
+             call_share: float = 0.0, unquoted_share: float = 0.0, ref_share: float = 0.0,
+             ref_call_share: float = 0.0,
              on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Pre-train the model in `init_dir` on endless streams of fresh random conversations -- no conversation is seen
     twice, so nothing can be memorised -- and save it to `out`. The first `copy_share` of the budget trains on copy
@@ -43,7 +44,9 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
     over `warmup_steps` and then follows a cosine down to a tenth of its rate. Stops after `steps` optimizer steps
     (reproducible) or `minutes` of wall time (the schedules then run on the elapsed share of it). From the second half
     of the copy stage on, an `unquoted_share` of the drills' values is written bare after a space (`copy_drill`), once
-    copying has formed on quoted ones. Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft`
+    copying has formed on quoted ones; likewise a `ref_share` of the drills' requests are reference drills (the n-th
+    entry of a listing answered back, `ref_drill`), and a `ref_call_share` of the tool-use stage's scenes reference
+    call drills (`ref_call_drill`: the second call's value "the n-th entry of that result"). Loss: mean cross-entropy over the assistant tokens (the masks `toolgym sft`
     trains on). Writes `out/metrics.jsonl` (one line per step, with its `stage`)."""
     import math
     import time
@@ -89,10 +92,12 @@ def pretrain(init_dir: str | Path, out: str | Path, steps: int | None = None, mi
             for g in opt.param_groups:
                 g["lr"] = lr
             share = 1.0 if stage == "copy" else drill_share
-            bare = unquoted_share if stage == "tools" or within >= 0.5 else 0.0
+            late = stage == "tools" or within >= 0.5
+            bare, refs = (unquoted_share, ref_share) if late else (0.0, 0.0)
             groups = [sorted((tokenize_conversation(renderer, r["messages"], r["tools"] or None)
                               for r in scene(rng, vocab, micro_batch_size, share, requests,
-                                             0.0 if stage == "copy" else call_share, bare)), key=len)
+                                             0.0 if stage == "copy" else call_share, bare, refs,
+                                             0.0 if stage == "copy" else ref_call_share)), key=len)
                       for _ in range(max(1, batch_size // micro_batch_size))]
             n_tok = sum(sum(t.mask) for g in groups for t in g)
             loss_sum = 0.0
@@ -125,8 +130,8 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
                         batch_size: int = BATCH_SIZE, learning_rate: float = 2e-3, seed: int = 0,
                         num_threads: int | None = None,
                         eval_n: int = 200, copy_share: float = COPY_SHARE, copy_learning_rate: float = 3e-3,
-                        call_share: float = 0.0, unquoted_share: float = 0.0,
-                        tokenizer_from: str | Path | None = None,
+                        call_share: float = 0.0, unquoted_share: float = 0.0, ref_share: float = 0.0,
+                        ref_call_share: float = 0.0, tokenizer_from: str | Path | None = None,
                         on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Build the tool-calling base in `out` (see the module docstring): tokenizer + random `size` model, `pretrain`
     for `steps` or `minutes`, then `eval_toolcall` on `eval_n` fresh conversations; `toolgym_tiny.json` records the
@@ -150,7 +155,8 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
         last = pretrain(init, out, steps=steps, minutes=None if steps else minutes, batch_size=batch_size,
                         learning_rate=learning_rate, seed=seed, num_threads=num_threads, copy_share=copy_share,
                         copy_learning_rate=copy_learning_rate, call_share=call_share,
-                        unquoted_share=unquoted_share, on_step=on_step)
+                        unquoted_share=unquoted_share, ref_share=ref_share, ref_call_share=ref_call_share,
+                        on_step=on_step)
     train_s = time.time() - t0
     info: dict[str, Any] = {
         "base": "toolcall", "size": size, "seed": seed, "vocab_size": tiny["vocab_size"], "params": tiny["params"],
@@ -158,6 +164,7 @@ def build_toolcall_base(out: str | Path, size: str = "small", steps: int | None 
         "steps": last.get("step"), "tokens": last.get("tokens"), "final_loss": last.get("loss"),
         "batch_size": batch_size, "num_threads": num_threads, "learning_rate": learning_rate, "copy_share": copy_share,
         "copy_learning_rate": copy_learning_rate, "call_share": call_share, "unquoted_share": unquoted_share,
+        "ref_share": ref_share, "ref_call_share": ref_call_share,
         "budget": {"steps": steps} if steps else {"minutes": minutes}, "build_s": round(train_s, 1)}
     if eval_n:
         info["eval"] = eval_toolcall(out, n=eval_n)
