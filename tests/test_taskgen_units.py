@@ -360,7 +360,11 @@ def test_heldout_rates_count_errored_rollouts_as_failures() -> None:
     assert r["unseen_string_call_match"]["n"] == 2 and r["correct"]["rate"] == 0.5
     assert r["errors"]["rate"] == 0.5 and r["errors"]["n"] == 2
     assert r["abstain_ok"] == {"rate": None, "n": 0, "lo": None, "hi": None}
+    assert r["ref_calls"]["n"] == 0
     json.loads(json.dumps(r, allow_nan=False))
+    ref = Trajectory(example_id=2, task={"expected_calls": [call, call], "kind": "f+f (ref)"}, metrics={"call_match": 0.0})
+    r = rates([ok, bad, ref])
+    assert r["ref_calls"] == {"rate": 0.0, "n": 1, "lo": 0.0, "hi": r["ref_calls"]["hi"]} and r["two_calls"]["n"] == 1
 
 
 def test_extend_names_a_missing_or_wrong_tasks_file_before_generating(tmp_path: Path) -> None:

@@ -256,7 +256,8 @@ def trivial_baselines(train: list[dict[str, Any]], heldout: list[dict[str, Any]]
 def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str, float | None]]:
     """Held-out rates with 95 % Wilson intervals: `call_match` over tool tasks, `unseen_string_call_match` over the
     tool tasks with a string argument value not in `seen` (the training tasks' string values), `one_call` /
-    `two_calls` over tool tasks by their number of calls, `abstain_ok` over no-tool tasks, `correct` over all;
+    `two_calls` over tool tasks by their number of calls, `ref_calls` over the tool tasks whose value is an entry of
+    an earlier result (`(ref)` in their kind), `abstain_ok` over no-tool tasks, `correct` over all;
     `errors` the share of errored rollouts. Every rollout counts: an errored one is a failure in each rate it falls
     under. A rate over no task is `None` (JSON null)."""
     from toolgym.stats import wilson
@@ -278,6 +279,7 @@ def rates(trajs: list[Any], seen: set[str] | None = None) -> dict[str, dict[str,
         "unseen_string_call_match": rate([matched(t) for t in unseen]),
         "one_call": rate([matched(t) for t in tool if len(t.task["expected_calls"]) == 1]),
         "two_calls": rate([matched(t) for t in tool if len(t.task["expected_calls"]) > 1]),
+        "ref_calls": rate([matched(t) for t in tool if "(ref)" in str(t.task.get("kind", ""))]),
         "abstain_ok": rate([t.error is None and t.metrics.get("abstain_ok", 0.0) == 1.0
                             for t in trajs if not t.task.get("expected_calls")]),
         "correct": rate([t.error is None and t.rewards.get("correct", 0.0) == 1.0 for t in trajs]),
@@ -300,10 +302,12 @@ def write_report(out: Path, results: dict[str, dict[str, Any]], baselines: dict[
     lines = ["| held-out | " + " | ".join(results) + f" | {trivial} (trivial) |",
              "| --- |" + " ---: |" * (len(results) + 1)]
     names = [k for k in ("abstain", "majority call", "copy") if k in baselines]
-    for metric in ("call_match", "unseen_string_call_match", "one_call", "two_calls", "correct", "abstain_ok"):
+    for metric in ("call_match", "unseen_string_call_match", "one_call", "two_calls", "ref_calls", "correct",
+                   "abstain_ok"):
         triv = " / ".join(f"{100 * baselines[k].get(metric, 0):.0f}" for k in names) + " %" \
             if metric in ("call_match", "abstain_ok") else ""
-        lines.append(f"| {metric} | " + " | ".join(_fmt(r[metric]) for r in results.values()) + f" | {triv} |")
+        lines.append(f"| {metric} | " + " | ".join(_fmt(r[metric]) if metric in r else "-" for r in results.values())
+                     + f" | {triv} |")
     lines += ["", "| phase | wall |", "| --- | ---: |"] + [f"| {k} | {v / 60:.1f} min |" for k, v in timings.items()]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
