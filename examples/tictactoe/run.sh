@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym-soup forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -63,6 +63,10 @@
 #           beside the same at 0.7, two seeds each (eighteenth round)
 #   forced-opt  forced-temp's temperature-1.0 arm with the non-restarted games against the optimal opponent from step
 #           1 (no weak opponent to teach attacks instead of blocks), seeds 0 and 1 (nineteenth round)
+#   forced-sym  forced-opt's arm with every trained game also trained in one rotated or mirrored image
+#           (symmetry_images = 1), seeds 0, 1 and 2, beside a third seed of the arm without images (twentieth
+#           round); ARMS=t10-opt-kl01-sym3 adds three images per game (not measured: 3-4x the training time per step)
+#   forced-sym-soup  the three seeds' averaged models averaged into one, on the test games and a fresh seed
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -850,6 +854,67 @@ case "${1:-}" in
     C=(t10-anneal-kl01=$N/t10-anneal-kl01)  # each run to step 90 where it was continued (its first 60 steps are the same)
     for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
+  forced-sym)  # twentieth round (docs: "Twentieth round"): forced-opt's t10-opt-kl01 with symmetry_images = 1 -- each
+    # trained game also trained as one image under a random rotation or reflection of the board (the same decisions,
+    # the same advantage), so a decision's credit reaches a second orientation in the same step; the nineteenth round
+    # read its traps as a habit tied to the orientation (a place in the free-cell list). Seeds 0, 1 and 2, and a third
+    # seed of forced-opt's arm without images (t10-opt-kl01-seed2) beside them; each run's step-60 model and its last
+    # three checkpoints averaged, on the 400 test games, pooled per arm. Two at a time: ARMS=... LOCK=/tmp/a and
+    # ARMS=... LOCK=/tmp/b. ARMS=t10-opt-kl01-sym3 (three images per game) is not in the default list: its training
+    # pass took 3-4x as long per step here, and it was not run to the end
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-sym continues the late start: run.sh forced-late-start first"; exit 2; }
+    A=(t10-opt-kl01-sym1 t10-opt-kl01-sym1-seed1 t10-opt-kl01-sym1-seed2 t10-opt-kl01-seed2)
+    # ARMS=t10-opt-kl01-sym1-to90 (and -seed1-to90, -seed2-to90): that run continued from its step-60 checkpoint to
+    # step 90 with the same settings (a copy, as forced-opt's -to90 arms), its last three averaged at 70-90
+    for a in ${ARMS:-${A[*]}}; do
+      S=(-s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]")
+      steps=40,50,60
+      case ${a%-to90} in
+        t10-opt-kl01-sym1) S+=(-s symmetry_images=1) ;;
+        t10-opt-kl01-sym1-seed1) S+=(-s symmetry_images=1 -s seed=1) ;;
+        t10-opt-kl01-sym1-seed2) S+=(-s symmetry_images=1 -s seed=2) ;;
+        t10-opt-kl01-seed2) S+=(-s seed=2) ;;
+        t10-opt-kl01-sym3) S+=(-s symmetry_images=3) ;;
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      if [ "$a" != "${a%-to90}" ]; then
+        src=${a%-to90}; S+=(-s max_steps=90); steps=70,80,90
+        [ -d $N/$src/checkpoints/step_000060 ] || { echo "$a continues $src: run ARMS=$src first"; exit 2; }
+        if [ ! -d $N/$a/checkpoints ]; then
+          mkdir -p $N/$a/checkpoints
+          cp -r $N/$src/checkpoints/step_000060 $N/$a/checkpoints/
+          cp $N/$src/config.json $N/$src/rollouts.jsonl.gz $N/$a/
+          python -c "import json,sys; sys.stdout.writelines(l for l in open('$N/$src/metrics.jsonl') if json.loads(l)['step'] <= 60)" > $N/$a/metrics.jsonl
+        fi
+      fi
+      kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
+      avg=avg${steps%%,*}-${steps##*,}
+      [ -f $N/$a/$avg/model.safetensors ] || toolgym model average $N/$a --steps $steps -o $N/$a/$avg
+      for s in 2718:games200 1618:games200b; do
+        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/$avg "${s%%:*}"
+      done
+    done
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    python $X/results_table.py $R --pool "sym1=forced-t10-opt-kl01-sym1,forced-t10-opt-kl01-sym1-seed1,forced-t10-opt-kl01-sym1-seed2" \
+      --pool "sym1-avg=forced-t10-opt-kl01-sym1-avg,forced-t10-opt-kl01-sym1-seed1-avg,forced-t10-opt-kl01-sym1-seed2-avg" \
+      --pool "no-images-seed2=forced-t10-opt-kl01-seed2" --pool "no-images-seed2-avg=forced-t10-opt-kl01-seed2-avg"
+    python $X/forced_curve.py $R $(for a in "${A[@]}"; do printf '%s=%s ' $a $N/$a; done) \
+      --start forced-late-sft-games200-optimal -o $X/forced_sym.png ;;
+  forced-sym-soup)  # twentieth round, after forced-sym: the three seeds' averaged models (avg40-60) averaged into one
+    # (a soup across seeds of one start), on the 400 test games, on 200 games of a seed no round has evaluated on
+    # (3141), the held-out positions and the random opponent
+    N=$R/forced-late
+    S=(t10-opt-kl01-sym1 t10-opt-kl01-sym1-seed1 t10-opt-kl01-sym1-seed2)
+    for a in "${S[@]}"; do [ -f $N/$a/avg40-60/model.safetensors ] || { echo "run.sh forced-sym first ($a)"; exit 2; }; done
+    [ -f $N/sym1-soup/model.safetensors ] || toolgym model average $(for a in "${S[@]}"; do printf '%s ' $N/$a/avg40-60; done) -o $N/sym1-soup
+    rl_evals forced-sym1-soup $N/sym1-soup 2718
+    optimal200 forced-sym1-soup-games200b-optimal $N/sym1-soup 1618
+    optimal200 forced-sym1-soup-fresh-games200-optimal $N/sym1-soup 3141
+    for a in "${S[@]}"; do optimal200 "forced-$a-avg-fresh-games200-optimal" $N/$a/avg40-60 3141; done
+    python $X/losses.py $R/eval/forced-sym1-soup-games200-optimal
+    python $X/results_table.py $R --pool "soup=forced-sym1-soup" --pool "soup-fresh=forced-sym1-soup-fresh" \
+      --pool "sym1-avg-fresh=$(for a in "${S[@]}"; do printf 'forced-%s-avg-fresh,' $a; done | sed 's/,$//')" ;;
   forced-default)
     N=$R/forced-default
     D=envs/tictactoe/toolgym_tictactoe/checkpoint
@@ -868,5 +933,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym-soup|forced-default|table"; exit 2 ;;
 esac
