@@ -899,8 +899,8 @@ case "${1:-}" in
     python $X/results_table.py $R --pool "sym1=forced-t10-opt-kl01-sym1,forced-t10-opt-kl01-sym1-seed1,forced-t10-opt-kl01-sym1-seed2" \
       --pool "sym1-avg=forced-t10-opt-kl01-sym1-avg,forced-t10-opt-kl01-sym1-seed1-avg,forced-t10-opt-kl01-sym1-seed2-avg" \
       --pool "no-images-seed2=forced-t10-opt-kl01-seed2" --pool "no-images-seed2-avg=forced-t10-opt-kl01-seed2-avg"
-    python $X/forced_curve.py $R $(for a in "${A[@]}"; do printf '%s=%s ' $a $N/$a; done) \
-      --start forced-late-sft-games200-optimal -o $X/forced_sym.png ;;
+    C=(); for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_sym.png ;;
   forced-sym-soup)  # twentieth round, after forced-sym: the three seeds' averaged models (avg40-60) averaged into one
     # (a soup across seeds of one start), on the 400 test games, on 200 games of a seed no round has evaluated on
     # (3141), the held-out positions and the random opponent
