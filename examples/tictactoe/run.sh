@@ -202,6 +202,22 @@ kl01_arm() {  # kl01_arm NAME [-s ...]: the thirteenth round's kl01 recipe (deci
   done
   python $X/decisions.py $N/$1 --classes ....XO.O. ....XOO.. ..O.X.O.. --window 20
 }
+from60() {  # from60 SRC DST: DST continues run SRC from its step-60 checkpoint (that checkpoint, config, rollouts
+  # and metrics up to step 60 copied; then --resume with a larger max_steps), once
+  [ -d $2/checkpoints ] && return 0
+  mkdir -p $2/checkpoints
+  cp -r $1/checkpoints/step_000060 $2/checkpoints/
+  cp $1/config.json $1/rollouts.jsonl.gz $2/
+  python -c "import json,sys; sys.stdout.writelines(l for l in open('$1/metrics.jsonl') if json.loads(l)['step'] <= 60)" > $2/metrics.jsonl
+}
+avg_optimal() {  # avg_optimal RUN_DIR STEPS: the run's checkpoints at STEPS (e.g. 40,50,60) averaged into
+  # RUN_DIR/avgA-B, then 200 greedy games vs the optimal opponent on each test seed -> eval/forced-ARM-avg-games200(b)
+  local avg=avg${2%%,*}-${2##*,} a; a=$(basename $1)
+  [ -f $1/$avg/model.safetensors ] || toolgym model average $1 --steps $2 -o $1/$avg
+  for s in 2718:games200 1618:games200b; do
+    optimal200 "forced-$a-avg-${s#*:}-optimal" $1/$avg "${s%%:*}"
+  done
+}
 branch() {  # branch NAME FROM STEP SCHEDULE_JSON [-s ...]: NAME continues FROM's checkpoint at STEP with SCHEDULE
   local c; c=$(printf "step_%06d" "$3")
   mkdir -p $FA/$1/checkpoints
@@ -835,20 +851,11 @@ case "${1:-}" in
         t10-opt-kl01-to90|t10-opt-kl01-seed1-to90)
           src=${a%-to90}; S=("${O[@]}" -s max_steps=90); [ $src = t10-opt-kl01 ] || S+=(-s seed=1); steps=70,80,90
           [ -d $N/$src/checkpoints/step_000060 ] || { echo "$a continues $src: run ARMS=$src first"; exit 2; }
-          if [ ! -d $N/$a/checkpoints ]; then
-            mkdir -p $N/$a/checkpoints
-            cp -r $N/$src/checkpoints/step_000060 $N/$a/checkpoints/
-            cp $N/$src/config.json $N/$src/rollouts.jsonl.gz $N/$a/
-            python -c "import json,sys; sys.stdout.writelines(l for l in open('$N/$src/metrics.jsonl') if json.loads(l)['step'] <= 60)" > $N/$a/metrics.jsonl
-          fi ;;
+          from60 $N/$src $N/$a ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
-      avg=avg${steps%%,*}-${steps##*,}
-      [ -f $N/$a/$avg/model.safetensors ] || toolgym model average $N/$a --steps $steps -o $N/$a/$avg
-      for s in 2718:games200 1618:games200b; do
-        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/$avg "${s%%:*}"
-      done
+      avg_optimal $N/$a $steps
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     C=(t10-anneal-kl01=$N/t10-anneal-kl01)  # each run to step 90 where it was continued (its first 60 steps are the same)
@@ -881,19 +888,10 @@ case "${1:-}" in
       if [ "$a" != "${a%-to90}" ]; then
         src=${a%-to90}; S+=(-s max_steps=90); steps=70,80,90
         [ -d $N/$src/checkpoints/step_000060 ] || { echo "$a continues $src: run ARMS=$src first"; exit 2; }
-        if [ ! -d $N/$a/checkpoints ]; then
-          mkdir -p $N/$a/checkpoints
-          cp -r $N/$src/checkpoints/step_000060 $N/$a/checkpoints/
-          cp $N/$src/config.json $N/$src/rollouts.jsonl.gz $N/$a/
-          python -c "import json,sys; sys.stdout.writelines(l for l in open('$N/$src/metrics.jsonl') if json.loads(l)['step'] <= 60)" > $N/$a/metrics.jsonl
-        fi
+        from60 $N/$src $N/$a
       fi
       kl01_arm $a "${S[@]}" ${THREADS:+-s num_threads=$THREADS}
-      avg=avg${steps%%,*}-${steps##*,}
-      [ -f $N/$a/$avg/model.safetensors ] || toolgym model average $N/$a --steps $steps -o $N/$a/$avg
-      for s in 2718:games200 1618:games200b; do
-        optimal200 "forced-$a-avg-${s#*:}-optimal" $N/$a/$avg "${s%%:*}"
-      done
+      avg_optimal $N/$a $steps
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
     python $X/results_table.py $R --pool "sym1=forced-t10-opt-kl01-sym1,forced-t10-opt-kl01-sym1-seed1,forced-t10-opt-kl01-sym1-seed2" \
