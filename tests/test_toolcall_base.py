@@ -227,10 +227,13 @@ def test_a_folder_without_a_tokenizer_is_refused_before_anything_is_written(tmp_
 def test_the_shipped_base_is_what_its_card_says() -> None:
     info = json.loads((default_base() / "toolgym_tiny.json").read_text())
     assert info["base"] == "toolcall" and info["steps"] == 3200 and info["batch_size"] == 16
-    assert info["copy_share"] == 0.75 and info["tokens"] == 15_985_863  # the previous base's tokens, in steps of 16
-    # `toolgym pretrain --steps 3200 --batch-size 16 --copy-share 0.75` on the 2 cores: 28.7 min (docs/models.md)
-    assert info["num_threads"] is None and info["build_s"] <= 30 * 60
-    assert info["eval"]["copy_ok"]["rate"] >= 0.9  # 95 % of fresh drills copied exactly (64 % with steps of 32)
+    assert info["copy_share"] == 0.75 and info["tokens"] == 17_143_710  # in steps of 16, with the drills below
+    # the reference-drill base (docs/models.md): `toolgym pretrain --steps 3200 --batch-size 16 --copy-share 0.75
+    # --unquoted-share 0.5 --ref-share 0.3 --ref-call-share 0.15 --tokenizer ...`
+    assert (info["unquoted_share"], info["ref_share"], info["ref_call_share"]) == (0.5, 0.3, 0.15)
+    assert info["eval"]["copy_ok"]["rate"] >= 0.9  # 94.5 % of fresh quoted drills copied exactly
+    assert info["eval"]["copy_unquoted_ok"]["rate"] >= 0.8  # 85.5 % bare (36 % before the unquoted drills)
+    assert info["eval"]["ref_ok"]["rate"] >= 0.1  # 19 % of "the n-th entry" drills (0 % without them)
     assert (default_base() / "model.safetensors").stat().st_size < 8 * 2**20
     for key in ("call_match", "abstain_ok", "answer_ok"):
         assert 0.0 <= info["eval"][key]["lo"] <= info["eval"][key]["rate"] <= info["eval"][key]["hi"] <= 1.0

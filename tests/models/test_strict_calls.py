@@ -41,7 +41,7 @@ def test_token_bytes_spell_the_decoded_text(tokenizer) -> None:  # type: ignore[
 
 def test_the_grammar_admits_valid_calls_and_nothing_else(tokenizer) -> None:  # type: ignore[no-untyped-def]
     strict = StrictCalls(tokenizer, _hermes(), tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    head = tokenizer.encode("Sure.<tool_call>\n", add_special_tokens=False)
+    head = tokenizer.encode("Sure.<tool_call>", add_special_tokens=False)
 
     def walk(text: str) -> tuple[bool, list[int] | None]:
         """Feed the call text token by token; (every token allowed, what is allowed after it)."""
@@ -55,14 +55,15 @@ def test_the_grammar_admits_valid_calls_and_nothing_else(tokenizer) -> None:  # 
             so_far.append(tok)
         return True, c.allowed(so_far)
 
-    ok, after = walk('{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "lines": 3}}\n</tool_call>')
+    ok, after = walk('\n{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "lines": 3}}\n</tool_call>')
     assert ok and after is None  # the call closed: the turn is free again
-    assert walk('{"name": "clock", "arguments": {}}\n</tool_call>')[0]
-    assert not walk('{"name": "file_note", "arguments": {"path": "a.md"}}')[0]  # required "mode" missing
-    assert not walk('{"name": "file_note", "arguments": {"path": "a.md", "mode": "short"')[0]  # not in the enum
-    assert not walk('{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "size": 1')[0]  # unknown key
-    assert not walk('{"name": "rm", "arguments": {}}')[0]  # not a tool of the session
-    assert not walk('{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "lines": 1.5')[0]
+    assert walk('\n{"name": "clock", "arguments": {}}\n</tool_call>')[0]
+    assert not walk(' {"name": "clock", "arguments": {}}')[0]  # the format's newline after the open tag is forced
+    assert not walk('\n{"name": "file_note", "arguments": {"path": "a.md"}}')[0]  # required "mode" missing
+    assert not walk('\n{"name": "file_note", "arguments": {"path": "a.md", "mode": "short"')[0]  # not in the enum
+    assert not walk('\n{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "size": 1')[0]  # unknown key
+    assert not walk('\n{"name": "rm", "arguments": {}}')[0]  # not a tool of the session
+    assert not walk('\n{"name": "file_note", "arguments": {"path": "a.md", "mode": "full", "lines": 1.5')[0]
     assert strict.constraint([]) is None and strict.loose == []
 
 

@@ -1,8 +1,9 @@
 """Strict tool calls: a tool call's body is decoded under its tool's JSON schema (`strict_calls=True`, `hf:` only).
 
 What OpenAI's `strict` function calling and vLLM's structured outputs give a hosted model, for the in-process
-engine: the model writes its turn freely until it opens a tool call (`<tool_call>` and a newline, the `hermes`
-format); from there until the call's close tag, each sampled token is one that keeps the text a prefix of
+engine: the model writes its turn freely until it opens a tool call (`<tool_call>`, the `hermes` format); from
+there the newline the format puts after the tag is forced (a call opened `<tool_call> ` with a space would
+otherwise escape the constraint), and until the call's close tag, each sampled token is one that keeps the text a prefix of
 `{"name": TOOL, "arguments": ARGS}` with TOOL one of the session's tools and ARGS valid for that tool's parameter
 schema (required properties present, no unknown ones, types, enums). After the close tag the turn is free again
 (another call, or the end of the turn). So a call can no longer fail to parse or miss a required argument; its
@@ -109,7 +110,8 @@ class StrictCalls:
             from outlines_core import Vocabulary  # noqa: F401
         except ImportError as e:  # pragma: no cover - the strict extra is installed by setup.sh and CI
             raise ImportError("strict_calls needs outlines_core: pip install 'toolgym[strict]'") from e
-        self.open_text, self.close_text = tool_format.OPEN + "\n", "\n" + tool_format.CLOSE
+        # the guide starts right after the open tag, so the newline after it is part of what is constrained
+        self.open_text, self.body_start, self.close_text = tool_format.OPEN, "\n", "\n" + tool_format.CLOSE
         self.bytes_of = token_bytes(tokenizer)
         self.eot = end_of_turn_id
         self._vocab: Any = None
@@ -142,7 +144,7 @@ class StrictCalls:
                 loose.append(fn["name"])
             name = json.dumps(fn["name"], ensure_ascii=False)
             parts.append(r"\{" + re.escape(f'"name": {name}, "arguments": ') + args + r"\}")
-        return "(" + "|".join(parts) + ")" + re.escape(self.close_text), loose
+        return re.escape(self.body_start) + "(" + "|".join(parts) + ")" + re.escape(self.close_text), loose
 
     def grammar(self, tools: list[dict[str, Any]]) -> CallGrammar:
         key = json.dumps(tools, sort_keys=True)
