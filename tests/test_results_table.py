@@ -102,3 +102,17 @@ def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> Non
     assert mod.blunder("." * 9, ["O5", "X4", "O1", "X0", "O8", "X6", "O2"]) == ("XO..XO..O", 6)
     assert mod.threats_made("XO..XO..O", 6) == 2 and mod.threats_made("XOO.X...O", 6) == 1
     assert mod.threats_made("." * 9, 4) == 0
+
+
+def test_game_folders_take_every_200_game_seed_of_a_model_and_no_other_models(tmp_path: Path) -> None:
+    """The 200-game folders of one model against one opponent: the recipe's two test seeds (`games200`,
+    `games200b`) and any third (`games200c`), sorted; not another opponent's, not a longer model name's."""
+    ev = tmp_path / "eval"
+    for name in ("m-games200-optimal", "m-games200b-optimal", "m-games200c-optimal", "m-games200-random",
+                 "m-fresh-games200-optimal", "m-games2000-optimal"):
+        (ev / name).mkdir(parents=True)
+    mod = _table_module()
+    got = [f.name for f in mod.game_folders(tmp_path, "m", "optimal")]
+    assert got == ["m-games200-optimal", "m-games200b-optimal", "m-games200c-optimal"]
+    assert [f.name for f in mod.game_folders(tmp_path, "m-fresh", "optimal")] == ["m-fresh-games200-optimal"]
+    assert mod.game_folders(tmp_path, "other", "optimal") == []

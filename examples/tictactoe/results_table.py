@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -84,12 +85,14 @@ def games(root: Path, model: str, opponent: str) -> dict[str, float] | None:
 
 
 def game_folders(root: Path, model: str, opponent: str) -> list[Path]:
-    """The eval folders `games` reads for `model` against `opponent` (both fixed seeds, else the 200-game seeds)."""
+    """The eval folders `games` reads for `model` against `opponent` (both fixed seeds, else the 200-game seeds:
+    `games200`, `games200b`, and any further `games200c`, `games200d`, ... a run adds for another seed)."""
     folders = [root / "eval" / f"{model}-games-{opponent}-{seed}" for seed in SEEDS]
     if all(f.is_dir() for f in folders):
         return folders
-    return [root / "eval" / f"{model}-games{tag}-{opponent}" for tag in ("200", "200b")
-            if (root / "eval" / f"{model}-games{tag}-{opponent}").is_dir()]
+    tag = re.compile(rf"{re.escape(model)}-games200[a-z]?-{re.escape(opponent)}")
+    found = root / "eval"
+    return sorted(f for f in found.iterdir() if f.is_dir() and tag.fullmatch(f.name)) if found.is_dir() else []
 
 
 def losses(root: Path, model: str) -> tuple[list[int], int] | None:
