@@ -373,6 +373,30 @@ def test_recipe_decisions_counts_sampled_moves_by_class_and_window() -> None:
     assert mod.first_listed(said(t) for t in texts) == (3, 2, 1)
 
 
+def test_recipe_decisions_greedy_against_sampled_moves_per_board() -> None:
+    """`decisions.py --greedy`: one-move tasks' first X moves per board (no valid move is -1), then each board's greedy
+    move against its samples -- a wrong greedy move with mostly right samples is the greedy/sampled gap, a wrong one
+    with mostly wrong samples is not; exactly half right does not count as mostly right."""
+    mod = _recipe_script("decisions")
+    trap, other = "..O.X.O..", "....XO.O."  # optimal (1, 3, 5, 7) and (2, 6, 8)
+
+    def task(board: str, moves: list[str]) -> dict:  # type: ignore[type-arg]
+        return {"task": {"board": board}, "info": {"result": {"moves": moves}}}
+
+    assert P.analyze(trap).optimal == (1, 3, 5, 7) and P.analyze(other).optimal == (2, 6, 8)
+    greedy = mod.first_moves([task(trap, ["X0", "O8"]), task(other, ["X8"])])
+    assert greedy == {trap: [0], other: [8]}
+    sampled = mod.first_moves([task(trap, ["X1"]), task(trap, ["X3", "O0"]), task(trap, ["X0"]), task(trap, []),
+                               task(other, ["X0"]), task(other, ["X8"])])
+    assert sampled[trap] == [1, 3, 0, -1]
+    got = mod.greedy_vs_sampled(greedy, sampled)  # trap: greedy wrong, samples 2 of 4 right -> not mostly right
+    assert got == {"boards": 2, "greedy_wrong": 1, "greedy_wrong_samples_right": 0, "greedy_right": 1,
+                   "greedy_right_samples_wrong": 1}
+    sampled[trap].append(5)  # 3 of 5 right
+    assert mod.greedy_vs_sampled(greedy, sampled)["greedy_wrong_samples_right"] == 1
+    assert mod.greedy_vs_sampled(greedy, {})["boards"] == 0
+
+
 def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:
     """A scripted game through the server: `positions_shown` lists the positions X had to move in, in order, once
     each; the `mistakes="quiet"` teacher takes every win and block and plays at random only where nothing is

@@ -6,7 +6,7 @@ from where an eval's lost games were decided (`losses.py`), so "did RL ever try 
 loses?" has a number: a class met a few times per window, or always answered the same wrong way, cannot be learnt.
 
     python examples/tictactoe/decisions.py RUN_DIR [--classes B ...] [--from-eval EVAL_DIR [--top K]] [--window W]
-        [--all]
+        [--all] [--greedy GREEDY_EVAL_DIR]
 
 RUN_DIR: a GRPO run with `save_rollouts = true`, or an eval folder (`results.jsonl`, e.g. sampled one-move tasks:
 `toolgym eval tictactoe -m hf:MODEL -n 0 -r 8 -t 0.7 -a task=move -a kinds=quiet`), read as one window. A board is
@@ -14,6 +14,10 @@ RUN_DIR: a GRPO run with `save_rollouts = true`, or an eval folder (`results.jso
 count (an invalid call is not a move of the game). An eval folder also gets the share of moves that took the first
 cell of the model's own think-text list ("I'll play somewhere free: 5 0 3. I play 5."), which is the lowest free cell
 when the start's teacher wrote the list in board order and any cell when it wrote it shuffled (`free_order`).
+
+`--greedy` (RUN_DIR a sampled eval of one-move tasks, GREEDY_EVAL_DIR the same tasks at temperature 0): per board,
+the greedy move against the samples -- where greedy play loses the value, do the samples mostly keep it (a sharper
+policy would fix it) or mostly lose it too (the policy itself is wrong there)?
 """
 
 from __future__ import annotations
@@ -49,6 +53,39 @@ def decisions(rollouts: Iterable[dict], classes: set[str] | None, window: int) -
     return dict(out)
 
 
+def first_moves(rollouts: Iterable[dict]) -> dict[str, list[int]]:  # type: ignore[type-arg]
+    """{board: the cells X played first from it, one per rollout} over one-move tasks (a rollout with no valid move
+    counts as cell -1, a move that keeps nothing)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for r in rollouts:
+        res = (r.get("info") or {}).get("result") or {}
+        board = (r.get("info") or {}).get("start") or r.get("task", {}).get("board") or "." * 9
+        moves = [m for m in res.get("moves") or [] if m[0] == "X"]
+        out[board].append(int(moves[0][1:]) if moves else -1)
+    return dict(out)
+
+
+def greedy_vs_sampled(greedy: dict[str, list[int]], sampled: dict[str, list[int]]) -> dict[str, int]:
+    """Boards by the greedy move (keeps the value or not) and by whether more than half of the sampled moves keep
+    it: `boards`, `greedy_wrong`, `greedy_wrong_samples_right` (the greedy/sampled gap), `greedy_right`,
+    `greedy_right_samples_wrong`. Boards missing from either side are left out."""
+    out = dict.fromkeys(("boards", "greedy_wrong", "greedy_wrong_samples_right", "greedy_right",
+                         "greedy_right_samples_wrong"), 0)
+    for board, cells in greedy.items():
+        if not cells or not sampled.get(board):
+            continue
+        optimal = P.analyze(board).optimal
+        keep = sum(c in optimal for c in sampled[board]) / len(sampled[board])
+        out["boards"] += 1
+        if cells[0] in optimal:
+            out["greedy_right"] += 1
+            out["greedy_right_samples_wrong"] += keep <= 0.5
+        else:
+            out["greedy_wrong"] += 1
+            out["greedy_wrong_samples_right"] += keep > 0.5
+    return out
+
+
 LISTED = re.compile(r"somewhere free: ([0-9 ]+)\. I play (\d)\.")
 
 
@@ -75,7 +112,15 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=3, help="how many of those (most losses first)")
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--all", action="store_true", help="every class the games met, and a total row")
+    ap.add_argument("--greedy", type=Path, help="a greedy eval of the same one-move tasks (RUN_DIR: sampled)")
     args = ap.parse_args()
+    if args.greedy:
+        rows = [[{"info": t.info, "task": t.task} for t in read_results(d / "results.jsonl").values()]
+                for d in (args.greedy, args.run_dir)]
+        g = greedy_vs_sampled(first_moves(rows[0]), first_moves(rows[1]))
+        print(f"{g['boards']} boards: greedy loses the value on {g['greedy_wrong']}, of which the samples keep it on "
+              f"more than half: {g['greedy_wrong_samples_right']}; greedy keeps it on {g['greedy_right']}, of which "
+              f"the samples lose it on half or more: {g['greedy_right_samples_wrong']}")
     classes = [P.canonical(b) for b in args.classes]
     if args.from_eval:
         import importlib.util
