@@ -45,6 +45,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-temp.png": ROOT / "examples" / "tictactoe" / "forced_temp.png",
            "assets/tictactoe-forced-opt.png": ROOT / "examples" / "tictactoe" / "forced_opt.png",
            "assets/tictactoe-forced-sym.png": ROOT / "examples" / "tictactoe" / "forced_sym.png",
+           "assets/tictactoe-forced-sym3.png": ROOT / "examples" / "tictactoe" / "forced_sym3.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

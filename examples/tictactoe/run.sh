@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym-soup forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym3 forced-sym-soup forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -65,7 +65,8 @@
 #           1 (no weak opponent to teach attacks instead of blocks), seeds 0 and 1 (nineteenth round)
 #   forced-sym  forced-opt's arm with every trained game also trained in one rotated or mirrored image
 #           (symmetry_images = 1), seeds 0, 1 and 2, beside a third seed of the arm without images (twentieth
-#           round); ARMS=t10-opt-kl01-sym3 adds three images per game (not measured: 3-4x the training time per step)
+#           round)
+#   forced-sym3  the same arm with three images per game (symmetry_images = 3), seeds 0, 1 and 2 (twenty-first round)
 #   forced-sym-soup  the three seeds' averaged models averaged into one, on the test games and a fresh seed
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
@@ -101,9 +102,18 @@ rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 g
       -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
   done
 }
-optimal200() {  # optimal200 NAME MODEL_DIR SEED: 200 greedy games vs the optimal opponent on SEED -> eval/NAME
+games200() {  # games200 NAME MODEL_DIR SEED P: 200 greedy games on SEED vs the opponent of random-move probability P
   toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
-    -a min_random_move_prob=0 -a max_random_move_prob=0 -o "$R/eval/$1" --resume
+    -a min_random_move_prob=$4 -a max_random_move_prob=$4 -o "$R/eval/$1" --resume
+}
+optimal200() { games200 "$1" "$2" "$3" 0; }  # optimal200 NAME MODEL_DIR SEED: vs the optimal opponent -> eval/NAME
+greedy3() {  # greedy3 NAME MODEL_DIR: every quiet three-mark training board, greedy and 32 samples at T 1.0 (the
+  # training games' temperature), then decisions.py --greedy: where greedy play loses the value, do the samples too?
+  toolgym eval tictactoe -m "hf:$2" -n 0 -r 1 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess \
+    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1-greedy3" --resume
+  toolgym eval tictactoe -m "hf:$2" -n 0 -r 32 -c 64 -t 1.0 --max-tokens $MAXTOK -a transport=inprocess \
+    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1-sampled3-t10" --resume
+  python $X/decisions.py "$R/eval/$1-sampled3-t10" --greedy "$R/eval/$1-greedy3" --all
 }
 sampled3() {  # sampled3 NAME MODEL_DIR: 8 moves at T 0.7 on each quiet three-mark board, then decisions.py on them
   toolgym eval tictactoe -m "hf:$2" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
@@ -861,17 +871,19 @@ case "${1:-}" in
     C=(t10-anneal-kl01=$N/t10-anneal-kl01)  # each run to step 90 where it was continued (its first 60 steps are the same)
     for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
-  forced-sym)  # twentieth round (docs: "Twentieth round"): forced-opt's t10-opt-kl01 with symmetry_images = 1 -- each
-    # trained game also trained as one image under a random rotation or reflection of the board (the same decisions,
-    # the same advantage), so a decision's credit reaches a second orientation in the same step; the nineteenth round
-    # read its traps as a habit tied to the orientation (a place in the free-cell list). Seeds 0, 1 and 2, and a third
-    # seed of forced-opt's arm without images (t10-opt-kl01-seed2) beside them; each run's step-60 model and its last
-    # three checkpoints averaged, on the 400 test games, pooled per arm. Two at a time: ARMS=... LOCK=/tmp/a and
-    # ARMS=... LOCK=/tmp/b. ARMS=t10-opt-kl01-sym3 (three images per game) is not in the default list: its training
-    # pass took 3-4x as long per step here, and it was not run to the end
+  forced-sym|forced-sym3)  # twentieth round (docs: "Twentieth round"): forced-opt's t10-opt-kl01 with
+    # symmetry_images = 1 -- each trained game also trained as one image under a random rotation or reflection of the
+    # board (the same decisions, the same advantage), so a decision's credit reaches a second orientation in the same
+    # step; the nineteenth round read its traps as a habit tied to the orientation (a place in the free-cell list).
+    # Seeds 0, 1 and 2, and a third seed of forced-opt's arm without images (t10-opt-kl01-seed2) beside them.
+    # forced-sym3, the twenty-first round (docs: "Twenty-first round"): the same with three images per game
+    # (symmetry_images = 3), seeds 0, 1 and 2; ARMS=t10-opt-kl01-sym7 (all seven images, seed 0; run with THREADS=2)
+    # is not in the list. Each run's step-60 model and its last three checkpoints averaged, on the 400 test games,
+    # pooled per arm. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b (THREADS=1)
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-sym continues the late start: run.sh forced-late-start first"; exit 2; }
-    A=(t10-opt-kl01-sym1 t10-opt-kl01-sym1-seed1 t10-opt-kl01-sym1-seed2 t10-opt-kl01-seed2)
+    A=(t10-opt-kl01-sym1 t10-opt-kl01-sym1-seed1 t10-opt-kl01-sym1-seed2 t10-opt-kl01-seed2) k=1 png=forced_sym.png
+    [ "$1" = forced-sym3 ] && A=(t10-opt-kl01-sym3 t10-opt-kl01-sym3-seed1 t10-opt-kl01-sym3-seed2) k=3 png=forced_sym3.png
     # ARMS=t10-opt-kl01-sym1-to90 (and -seed1-to90, -seed2-to90): that run continued from its step-60 checkpoint to
     # step 90 with the same settings (a copy, as forced-opt's -to90 arms), its last three averaged at 70-90
     for a in ${ARMS:-${A[*]}}; do
@@ -883,6 +895,9 @@ case "${1:-}" in
         t10-opt-kl01-sym1-seed2) S+=(-s symmetry_images=1 -s seed=2) ;;
         t10-opt-kl01-seed2) S+=(-s seed=2) ;;
         t10-opt-kl01-sym3) S+=(-s symmetry_images=3) ;;
+        t10-opt-kl01-sym3-seed1) S+=(-s symmetry_images=3 -s seed=1) ;;
+        t10-opt-kl01-sym3-seed2) S+=(-s symmetry_images=3 -s seed=2) ;;
+        t10-opt-kl01-sym7) S+=(-s symmetry_images=7 -s max_minutes=55) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       if [ "$a" != "${a%-to90}" ]; then
@@ -894,11 +909,26 @@ case "${1:-}" in
       avg_optimal $N/$a $steps
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
-    python $X/results_table.py $R --pool "sym1=forced-t10-opt-kl01-sym1,forced-t10-opt-kl01-sym1-seed1,forced-t10-opt-kl01-sym1-seed2" \
-      --pool "sym1-avg=forced-t10-opt-kl01-sym1-avg,forced-t10-opt-kl01-sym1-seed1-avg,forced-t10-opt-kl01-sym1-seed2-avg" \
-      --pool "no-images-seed2=forced-t10-opt-kl01-seed2" --pool "no-images-seed2-avg=forced-t10-opt-kl01-seed2-avg"
+    pool() { local a; for a in "${A[@]}"; do [ $a = t10-opt-kl01-seed2 ] || printf 'forced-%s%s,' $a "${1:-}"; done | sed 's/,$//'; }
+    P=(--pool "sym$k=$(pool)" --pool "sym$k-avg=$(pool -avg)")
+    [ $k = 1 ] && P+=(--pool "no-images-seed2=forced-t10-opt-kl01-seed2" --pool "no-images-seed2-avg=forced-t10-opt-kl01-seed2-avg")
+    python $X/results_table.py $R "${P[@]}"
     C=(); for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
-    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_sym.png ;;
+    python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/$png
+    if [ "$1" = forced-sym3 ]; then  # every seed's step-60 model on two seeds no choice here used (3141 and 5772: 200
+      # games each vs the optimal opponent, 200 on 3141 vs the random one); pooled per arm
+      for a in "${A[@]}"; do
+        for s in 3141:games200 5772:games200b; do optimal200 "forced-$a-fresh-${s#*:}-optimal" $N/$a/final "${s%%:*}"; done
+        games200 "forced-$a-fresh-games200-random" $N/$a/final 3141 1
+      done
+      python $X/results_table.py $R --pool "sym3-fresh=$(pool -fresh)"
+      # greedy against sampled moves on the quiet three-mark boards: the start, and
+      # seed 0's averaged model with one, three (and seven, when ARMS=t10-opt-kl01-sym7 has run) images
+      greedy3 forced-late-sft $N/sft2/final
+      for a in t10-opt-kl01-sym1 t10-opt-kl01-sym3 t10-opt-kl01-sym7; do
+        if [ -d $N/$a/avg40-60 ]; then greedy3 forced-$a-avg $N/$a/avg40-60; fi
+      done
+    fi ;;
   forced-sym-soup)  # twentieth round, after forced-sym: the three seeds' averaged models (avg40-60) averaged into one
     # (a soup across seeds of one start), on the 400 test games, on 200 games of a seed no round has evaluated on
     # (3141), the held-out positions and the random opponent
@@ -931,5 +961,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym-soup|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-sym-soup|forced-default|table"; exit 2 ;;
 esac
