@@ -86,6 +86,13 @@ def greedy_vs_sampled(greedy: dict[str, list[int]], sampled: dict[str, list[int]
     return out
 
 
+def eval_rollouts(eval_dir: Path) -> tuple[list, list[dict]]:  # type: ignore[type-arg]
+    """An eval folder's results and the same as rollout records of one step (what `decisions` and `first_moves`
+    read)."""
+    results = list(read_results(eval_dir / "results.jsonl").values())
+    return results, [{"step": 1, "info": t.info, "task": t.task} for t in results]
+
+
 LISTED = re.compile(r"somewhere free: ([0-9 ]+)\. I play (\d)\.")
 
 
@@ -115,9 +122,7 @@ def main() -> None:
     ap.add_argument("--greedy", type=Path, help="a greedy eval of the same one-move tasks (RUN_DIR: sampled)")
     args = ap.parse_args()
     if args.greedy:
-        rows = [[{"info": t.info, "task": t.task} for t in read_results(d / "results.jsonl").values()]
-                for d in (args.greedy, args.run_dir)]
-        g = greedy_vs_sampled(first_moves(rows[0]), first_moves(rows[1]))
+        g = greedy_vs_sampled(*(first_moves(eval_rollouts(d)[1]) for d in (args.greedy, args.run_dir)))
         print(f"{g['boards']} boards: greedy loses the value on {g['greedy_wrong']}, of which the samples keep it on "
               f"more than half: {g['greedy_wrong_samples_right']}; greedy keeps it on {g['greedy_right']}, of which "
               f"the samples lose it on half or more: {g['greedy_right_samples_wrong']}")
@@ -131,8 +136,7 @@ def main() -> None:
         where = losses.lost_at(args.from_eval)[2]
         classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
     if (args.run_dir / "results.jsonl").exists():  # an eval: every rollout in one window
-        results = list(read_results(args.run_dir / "results.jsonl").values())
-        rollouts = [{"step": 1, "info": t.info, "task": t.task} for t in results]
+        results, rollouts = eval_rollouts(args.run_dir)
         args.window = 1
         n, first, lowest = first_listed(t.messages for t in results)
         if n:

@@ -96,28 +96,26 @@ games() {  # games NAME MODEL_DIR: 100 games per eval seed (12345, 777) vs the r
 }
 rl_evals() {  # rl_evals NAME MODEL_DIR SEED: the 937 held-out positions + 200 greedy games per opponent on SEED
   positions "$1" "$2" heldout
-  for opp in random optimal; do
-    if [ $opp = random ]; then p=1.0; else p=0.0; fi
-    toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
-      -a min_random_move_prob=$p -a max_random_move_prob=$p -o "$R/eval/$1-games200-$opp" --resume
-  done
+  games200 "$1-games200-random" "$2" "$3" 1.0
+  games200 "$1-games200-optimal" "$2" "$3" 0.0
 }
 games200() {  # games200 NAME MODEL_DIR SEED P: 200 greedy games on SEED vs the opponent of random-move probability P
   toolgym eval tictactoe -m "hf:$2" -n 200 -c 64 -t 0 --max-tokens $MAXTOK --seed "$3" -a transport=inprocess \
     -a min_random_move_prob=$4 -a max_random_move_prob=$4 -o "$R/eval/$1" --resume
 }
 optimal200() { games200 "$1" "$2" "$3" 0; }  # optimal200 NAME MODEL_DIR SEED: vs the optimal opponent -> eval/NAME
+moves3() {  # moves3 NAME MODEL_DIR N T: N moves at temperature T on each quiet three-mark training board -> eval/NAME
+  toolgym eval tictactoe -m "hf:$2" -n 0 -r "$3" -c 64 -t "$4" --max-tokens $MAXTOK -a transport=inprocess \
+    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1" --resume
+}
 greedy3() {  # greedy3 NAME MODEL_DIR: every quiet three-mark training board, greedy and 32 samples at T 1.0 (the
   # training games' temperature), then decisions.py --greedy: where greedy play loses the value, do the samples too?
-  toolgym eval tictactoe -m "hf:$2" -n 0 -r 1 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess \
-    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1-greedy3" --resume
-  toolgym eval tictactoe -m "hf:$2" -n 0 -r 32 -c 64 -t 1.0 --max-tokens $MAXTOK -a transport=inprocess \
-    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1-sampled3-t10" --resume
+  moves3 "$1-greedy3" "$2" 1 0
+  moves3 "$1-sampled3-t10" "$2" 32 1.0
   python $X/decisions.py "$R/eval/$1-sampled3-t10" --greedy "$R/eval/$1-greedy3" --all
 }
 sampled3() {  # sampled3 NAME MODEL_DIR: 8 moves at T 0.7 on each quiet three-mark board, then decisions.py on them
-  toolgym eval tictactoe -m "hf:$2" -n 0 -r 8 -c 64 -t 0.7 --max-tokens $MAXTOK -a transport=inprocess \
-    -a task=move -a kinds=quiet -a "position_pieces=[3]" -o "$R/eval/$1" --resume
+  moves3 "$1" "$2" 8 0.7
   python $X/decisions.py "$R/eval/$1" --all --classes ....XO.O. ....XOO.. ..O.X.O..
 }
 arm_evals() {  # arm_evals ARM RUN_DIR: rl_evals of the step-60 model on seed 2718 and where its games were lost,
