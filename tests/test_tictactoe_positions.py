@@ -397,6 +397,19 @@ def test_recipe_decisions_greedy_against_sampled_moves_per_board() -> None:
     assert mod.greedy_vs_sampled(greedy, {})["boards"] == 0
 
 
+def test_recipe_decisions_reach_counts_whole_games_per_class_once() -> None:
+    """`decisions.py --reach`: only games from the empty board count; a game reaching a class (any orientation, X to
+    move) counts once however often; a class met only with O to move, or only in a restart, is not reached."""
+    mod = _recipe_script("decisions")
+    o_first = {"task": {"x_starts": False}, "info": {"start": "." * 9, "result": {"moves": ["O3", "X4", "O7", "X0"]}}}
+    mirrored = {"task": {}, "info": {"result": {"moves": ["O5", "X4", "O7", "X8"]}}}  # `....XO.O.` as played
+    restart = {"task": {"board": "...OX..O."}, "info": {"start": "...OX..O.", "result": {"moves": ["X0"]}}}
+    x_first = {"task": {}, "info": {"result": {"moves": ["X4", "O3", "X0", "O7"]}}}  # that class only with O to move
+    games, got = mod.reach([o_first, mirrored, restart, x_first], ["...OX..O.", "..O.X.O.."])
+    assert games == 3
+    assert got == {"....XO.O.": 2, "..O.X.O..": 0}
+
+
 def test_positions_shown_by_a_real_game_and_the_quiet_teacher() -> None:
     """A scripted game through the server: `positions_shown` lists the positions X had to move in, in order, once
     each; the `mistakes="quiet"` teacher takes every win and block and plays at random only where nothing is

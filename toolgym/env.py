@@ -217,9 +217,10 @@ class StatefulToolEnv:
 
     def restart_tasks(self, trajectories: list[Trajectory], n: int, rng: random.Random) -> list[dict[str, Any]]:
         """Up to `n` task rows that restart an episode from a state `trajectories` reached (GRPO's
-        `restart_share`: a group of samples from one mid-episode state credits the decision taken there). Only an env
-        whose server can start from a given state can; the default says so. Use `rng` for every choice (seeded per
-        step)."""
+        `restart_share`: a group of samples from one mid-episode state credits the decision taken there). With GRPO's
+        `probe_games`, `trajectories` also holds greedy episodes of the current weights, marked `probe` in their task
+        (states where the delivered policy fails: prefer them). Only an env whose server can start from a given state
+        can; the default says so. Use `rng` for every choice (seeded per step)."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart episodes from a reached state; override "
                                   "restart_tasks to use GRPO's restart_share")
 

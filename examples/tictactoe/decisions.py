@@ -6,7 +6,7 @@ from where an eval's lost games were decided (`losses.py`), so "did RL ever try 
 loses?" has a number: a class met a few times per window, or always answered the same wrong way, cannot be learnt.
 
     python examples/tictactoe/decisions.py RUN_DIR [--classes B ...] [--from-eval EVAL_DIR [--top K]] [--window W]
-        [--all] [--greedy GREEDY_EVAL_DIR]
+        [--all] [--greedy GREEDY_EVAL_DIR] [--reach EVAL_DIR]
 
 RUN_DIR: a GRPO run with `save_rollouts = true`, or an eval folder (`results.jsonl`, e.g. sampled one-move tasks:
 `toolgym eval tictactoe -m hf:MODEL -n 0 -r 8 -t 0.7 -a task=move -a kinds=quiet`), read as one window. A board is
@@ -18,6 +18,11 @@ when the start's teacher wrote the list in board order and any cell when it wrot
 `--greedy` (RUN_DIR a sampled eval of one-move tasks, GREEDY_EVAL_DIR the same tasks at temperature 0): per board,
 the greedy move against the samples -- where greedy play loses the value, do the samples mostly keep it (a sharper
 policy would fix it) or mostly lose it too (the policy itself is wrong there)?
+
+`--reach` (RUN_DIR a GRPO run, EVAL_DIR a greedy eval of whole games): per class where the eval's lost games were
+decided (and `--classes`), the share of the run's whole games (from the empty board: neither restarts nor position
+starts) that reached it with X to move, beside the share of the eval's games -- does training meet the boards that
+greedy play meets?
 """
 
 from __future__ import annotations
@@ -63,6 +68,22 @@ def first_moves(rollouts: Iterable[dict]) -> dict[str, list[int]]:  # type: igno
         moves = [m for m in res.get("moves") or [] if m[0] == "X"]
         out[board].append(int(moves[0][1:]) if moves else -1)
     return dict(out)
+
+
+def reach(rollouts: Iterable[dict], classes: Iterable[str]) -> tuple[int, dict[str, int]]:  # type: ignore[type-arg]
+    """(whole games, {class: how many of them reached it with X to move}) over rollouts of games from the empty
+    board (a rollout whose task or info names a start board is left out)."""
+    wanted = {P.canonical(c) for c in classes}
+    games, out = 0, dict.fromkeys(wanted, 0)
+    for r in rollouts:
+        if (r.get("task") or {}).get("board") or ((r.get("info") or {}).get("start") or "." * 9) != "." * 9:
+            continue
+        moves = list(((r.get("info") or {}).get("result") or {}).get("moves") or [])
+        games += 1
+        for c in {P.canonical(b) for b, mv in zip(P.replay("." * 9, moves), moves, strict=False) if mv[0] == "X"}:
+            if c in out:
+                out[c] += 1
+    return games, out
 
 
 def greedy_vs_sampled(greedy: dict[str, list[int]], sampled: dict[str, list[int]]) -> dict[str, int]:
@@ -120,7 +141,11 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--all", action="store_true", help="every class the games met, and a total row")
     ap.add_argument("--greedy", type=Path, help="a greedy eval of the same one-move tasks (RUN_DIR: sampled)")
+    ap.add_argument("--reach", type=Path, help="a greedy eval of whole games: how often the run's whole games and "
+                    "the eval's reach the classes its lost games were decided at")
     args = ap.parse_args()
+    if args.reach:
+        args.from_eval = args.from_eval or args.reach
     if args.greedy:
         g = greedy_vs_sampled(*(first_moves(eval_rollouts(d)[1]) for d in (args.greedy, args.run_dir)))
         print(f"{g['boards']} boards: greedy loses the value on {g['greedy_wrong']}, of which the samples keep it on "
@@ -144,6 +169,14 @@ def main() -> None:
                   f"{100 * first / n:.1f} %, the first listed the lowest {100 * lowest / n:.1f} %")
     else:
         rollouts = read_rollouts(args.run_dir)  # a step replayed after a resume counts once
+    if args.reach:
+        (n_run, run), (n_eval, ev) = reach(rollouts, classes), reach(eval_rollouts(args.reach)[1], classes)
+        print(f"whole games reaching each class (X to move): {args.run_dir} ({n_run} games from the empty board) "
+              f"against {args.reach} ({n_eval})")
+        print("| class (X to move) | training games % | eval games % |\n|---|---|---|")
+        for c in dict.fromkeys(classes):
+            print(f"| `{c[:3]}/{c[3:6]}/{c[6:]}` | {100 * run[c] / max(n_run, 1):.1f} | {100 * ev[c] / max(n_eval, 1):.1f} |")
+        return
     table = decisions(rollouts, None if args.all else set(classes), args.window)
     if args.all:
         classes += sorted({c for (_, c) in table} - set(classes))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym3 forced-sym-soup forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym3 forced-probe forced-sym-soup forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -66,7 +66,9 @@
 #   forced-sym  forced-opt's arm with every trained game also trained in one rotated or mirrored image
 #           (symmetry_images = 1), seeds 0, 1 and 2, beside a third seed of the arm without images (twentieth
 #           round)
-#   forced-sym3  the same arm with three images per game (symmetry_images = 3), seeds 0, 1 and 2 (twenty-first round)
+#   forced-sym3  the same arm with three images per game (symmetry_images = 3), seeds 0-4 (twenty-first round)
+#   forced-probe  forced-sym3's arm with 16 greedy probe games a step whose lost games are restarted first
+#           (probe_games = 16), seeds 0, 1 and 2 (twenty-second round)
 #   forced-sym-soup  the three seeds' averaged models averaged into one, on the test games and a fresh seed
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
@@ -869,19 +871,25 @@ case "${1:-}" in
     C=(t10-anneal-kl01=$N/t10-anneal-kl01)  # each run to step 90 where it was continued (its first 60 steps are the same)
     for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/forced_opt.png ;;
-  forced-sym|forced-sym3)  # twentieth round (docs: "Twentieth round"): forced-opt's t10-opt-kl01 with
+  forced-sym|forced-sym3|forced-probe)  # twentieth round (docs: "Twentieth round"): forced-opt's t10-opt-kl01 with
     # symmetry_images = 1 -- each trained game also trained as one image under a random rotation or reflection of the
     # board (the same decisions, the same advantage), so a decision's credit reaches a second orientation in the same
     # step; the nineteenth round read its traps as a habit tied to the orientation (a place in the free-cell list).
     # Seeds 0, 1 and 2, and a third seed of forced-opt's arm without images (t10-opt-kl01-seed2) beside them.
     # forced-sym3, the twenty-first round (docs: "Twenty-first round"): the same with three images per game
-    # (symmetry_images = 3), seeds 0, 1 and 2; ARMS=t10-opt-kl01-sym7 (all seven images, seed 0; run with THREADS=2)
+    # (symmetry_images = 3), seeds 0-4 (3 and 4 were stopped at step 27-29 and resumed from step 20); forced-probe,
+    # the twenty-second round ("Twenty-second round"): forced-sym3's arm with probe_games = 16 -- each step 16 pool
+    # games played greedily, not trained on, whose lost games are restarted before the sampled ones (greedy play
+    # reaches the traps far more often than the games sampled at 1.0 do), seeds 0, 1 and 2; ARMS=t10-opt-kl01-sym7 (all seven images, seed 0; run with THREADS=2)
     # is not in the list. Each run's step-60 model and its last three checkpoints averaged, on the 400 test games,
     # pooled per arm. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b (THREADS=1)
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-sym continues the late start: run.sh forced-late-start first"; exit 2; }
     A=(t10-opt-kl01-sym1 t10-opt-kl01-sym1-seed1 t10-opt-kl01-sym1-seed2 t10-opt-kl01-seed2) k=1 png=forced_sym.png
-    [ "$1" = forced-sym3 ] && A=(t10-opt-kl01-sym3 t10-opt-kl01-sym3-seed1 t10-opt-kl01-sym3-seed2) k=3 png=forced_sym3.png
+    [ "$1" = forced-sym3 ] && A=(t10-opt-kl01-sym3 t10-opt-kl01-sym3-seed1 t10-opt-kl01-sym3-seed2 t10-opt-kl01-sym3-seed3
+      t10-opt-kl01-sym3-seed4) k=3 png=forced_sym3.png
+    [ "$1" = forced-probe ] && A=(t10-opt-kl01-sym3-probe t10-opt-kl01-sym3-probe-seed1 t10-opt-kl01-sym3-probe-seed2) \
+      k=3-probe png=forced_probe.png
     # ARMS=t10-opt-kl01-sym1-to90 (and -seed1-to90, -seed2-to90): that run continued from its step-60 checkpoint to
     # step 90 with the same settings (a copy, as forced-opt's -to90 arms), its last three averaged at 70-90
     for a in ${ARMS:-${A[*]}}; do
@@ -895,6 +903,11 @@ case "${1:-}" in
         t10-opt-kl01-sym3) S+=(-s symmetry_images=3) ;;
         t10-opt-kl01-sym3-seed1) S+=(-s symmetry_images=3 -s seed=1) ;;
         t10-opt-kl01-sym3-seed2) S+=(-s symmetry_images=3 -s seed=2) ;;
+        t10-opt-kl01-sym3-seed3) S+=(-s symmetry_images=3 -s seed=3) ;;
+        t10-opt-kl01-sym3-seed4) S+=(-s symmetry_images=3 -s seed=4) ;;
+        t10-opt-kl01-sym3-probe) S+=(-s symmetry_images=3 -s probe_games=16) ;;
+        t10-opt-kl01-sym3-probe-seed1) S+=(-s symmetry_images=3 -s probe_games=16 -s seed=1) ;;
+        t10-opt-kl01-sym3-probe-seed2) S+=(-s symmetry_images=3 -s probe_games=16 -s seed=2) ;;
         t10-opt-kl01-sym7) S+=(-s symmetry_images=7 -s max_minutes=55) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
@@ -913,13 +926,15 @@ case "${1:-}" in
     python $X/results_table.py $R "${P[@]}"
     C=(); for a in "${A[@]}"; do if [ -d $N/$a-to90/final ]; then C+=("$a=$N/$a-to90"); else C+=("$a=$N/$a"); fi; done
     python $X/forced_curve.py $R "${C[@]}" --start forced-late-sft-games200-optimal -o $X/$png
-    if [ "$1" = forced-sym3 ]; then  # every seed's step-60 model on two seeds no choice here used (3141 and 5772: 200
+    if [ "$1" != forced-sym ]; then  # every seed's step-60 model on two seeds no choice here used (3141 and 5772: 200
       # games each vs the optimal opponent, 200 on 3141 vs the random one); pooled per arm
       for a in "${A[@]}"; do
         for s in 3141:games200 5772:games200b; do optimal200 "forced-$a-fresh-${s#*:}-optimal" $N/$a/final "${s%%:*}"; done
         games200 "forced-$a-fresh-games200-random" $N/$a/final 3141 1
       done
-      python $X/results_table.py $R --pool "sym3-fresh=$(pool -fresh)"
+      python $X/results_table.py $R --pool "sym$k-fresh=$(pool -fresh)"
+      python $X/decisions.py $N/${A[0]} --reach $R/eval/forced-${A[0]}-games200-optimal
+      [ "$1" = forced-probe ] && { greedy3 forced-t10-opt-kl01-sym3-probe-avg $N/t10-opt-kl01-sym3-probe/avg40-60; exit 0; }
       # greedy against sampled moves on the quiet three-mark boards: the start, and
       # seed 0's averaged model with one, three (and seven, when ARMS=t10-opt-kl01-sym7 has run) images
       greedy3 forced-late-sft $N/sft2/final
@@ -959,5 +974,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-sym-soup|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-default|table"; exit 2 ;;
 esac

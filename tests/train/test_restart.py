@@ -339,3 +339,51 @@ def test_restart_replay_bad_option_is_a_clear_error(bad: dict) -> None:
         load_env("tictactoe", transport="inprocess", **bad)
     with pytest.raises(ValueError, match="restart_replay replays restarted games"):
         load_env("tictactoe", transport="inprocess", task="move", restart_replay=0.5)
+
+
+def test_lost_probe_games_are_restarted_before_other_lost_games() -> None:
+    """GRPO's `probe_games` mark greedy games `probe`: among the lost games, `restart_tasks` takes theirs first, on
+    every rng seed; the restart rows carry no `probe` mark (they are trained on)."""
+    import dataclasses
+
+    async def go() -> list:
+        env = load_env("tictactoe", transport="inprocess")
+        player = load_policy("scripted:random", env)
+        rows = env.build_dataset(24)
+        async with env:
+            return await run_rollouts(env, player, [(i, 0, r) for i, r in enumerate(rows)], 24)
+
+    games = asyncio.run(go())
+    env = load_env("tictactoe", transport="inprocess", restart_board="last_unforced")
+    lost = [g for g in games if g.metrics["loss"] == 1.0 and _restartable([g])]
+    assert len(lost) >= 6
+    probes = [dataclasses.replace(g, task={**g.task, "probe": True}) for g in lost[:2]]
+    probe_boards = {b for g in probes for b in _restartable([g])}
+    others = {b for g in lost[2:] for b in _restartable([g])} - probe_boards
+    offered = [g for g in games if g not in lost[:2]] + probes  # the probes last in the list: order does not decide
+    taken_first = [env.restart_tasks(offered, 2, random.Random(seed)) for seed in range(12)]
+    assert all({r["board"] for r in rows} <= probe_boards for rows in taken_first)
+    plain = [env.restart_tasks(games, 2, random.Random(seed)) for seed in range(12)]  # unmarked: any lost game
+    assert any({r["board"] for r in rows} & others for rows in plain)
+    assert not any("probe" in r for rows in taken_first for r in rows)
+
+
+def test_grpo_probe_games_offer_greedy_games_for_restarts_from_the_first_step(tiny_model: Path, tmp_path: Path) -> None:
+    """`probe_games`: each step plays greedy games that are offered to `restart_tasks` (so even the first step, with
+    no previous rollouts, restarts a group), logged as probe/..., never saved or trained on; without restart_share
+    the option is refused."""
+    from toolgym.train.grpo import GRPOTrainer, run_grpo
+    from toolgym.train.runstate import read_metrics
+
+    run_grpo(_cfg(tiny_model, tmp_path / "run", probe_games=3))
+    metrics = read_metrics(tmp_path / "run")
+    assert [m["restart_groups"] for m in metrics] == [1, 1, 1]  # without probes: [0, 1, 1]
+    assert all(m["probe/rollouts"] == 3 for m in metrics)
+    with gzip.open(tmp_path / "run" / "rollouts.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    assert len(rows) == 3 * 2 * 2 and not any(r["task"].get("probe") for r in rows)
+    first = [r for r in rows if r["step"] == 1 and r["task"].get("start") == "restart"]
+    pool = {t["board"] for t in load_env("tictactoe", **_cfg(tiny_model, tmp_path / "x").env_args).build_dataset(8)}
+    assert len(first) == 2 and first[0]["task"]["board"] in pool  # a probe game's start board
+    with pytest.raises(ValueError, match="probe_games: probes only choose restarts"):
+        GRPOTrainer(_cfg(tiny_model, tmp_path / "bad", probe_games=2, restart_share=0.0))

@@ -123,6 +123,11 @@ class GRPOConfig(ModelTrainConfig):
         "lost game showed the model) instead of a pool task: the group's samples then differ only from that "
         "decision on, so its advantage credits that decision. The first step of a run (and of a resume) has no "
         "previous rollouts and draws only pool tasks.")
+    probe_games: int = Field(0, ge=0, description="With restart_share: each step first plays this many pool tasks "
+        "greedily (temperature 0) with the current weights -- probes, never trained on -- and offers them to the "
+        "env's restart_tasks before the previous step's rollouts, marked `probe` in their task, so the states "
+        "greedy play reaches and loses on (the ones evals and users meet) get restarted even where the sampled "
+        "games seldom go. Their metrics are logged as probe/...; 0: off.")
     save_rollouts: bool = Field(False, description="Append every rollout of every step (task, messages, calls, "
         "rewards, metrics; no tokens) to OUTPUT/rollouts.jsonl.gz, one gzip member per step: what the run's games "
         "visited, for analyses after training.")

@@ -223,7 +223,11 @@ class GRPOTrainer:
         if idle_restart:
             raise ValueError(f"config env_args {', '.join(idle_restart)}: acts only on restarted groups, and "
                              "restart_share is 0 -- set restart_share, or leave the option out")
+        if cfg.probe_games and not cfg.restart_share:
+            raise ValueError("config probe_games: probes only choose restarts, and restart_share is 0 -- set "
+                             "restart_share (for a greedy curve alone, use eval_every)")
         self.restart_from: list[Trajectory] = []  # the previous step's rollouts (restart_share)
+        self.probe_stats: dict[str, float] = {}  # the current step's probe games (probe_games), as probe/... metrics
         self.restarts = 0  # restarted groups in the current step
         self.num_groups = int(getattr(self.env, "num_groups", 1) or 1)
         out = cfg.output_dir
@@ -344,11 +348,12 @@ class GRPOTrainer:
         self.schedule_tasks(step)
         ex = step_examples(step, cfg.batch_size, len(self.tasks), self.num_groups, cfg.dataset_seed + cfg.seed)
         tasks = [(i, self.tasks[i]) for i in ex]
-        n_restart = round(cfg.restart_share * cfg.batch_size) if self.restart_from else 0
+        offered = await self.probes(step) + self.restart_from
+        n_restart = round(cfg.restart_share * cfg.batch_size) if offered else 0
         self.restarts = 0
         if n_restart:  # the last groups restart from states the previous step reached (ids past the pool's)
             rng = random.Random(f"restart:{cfg.seed}:{step}")
-            rows = self.env.restart_tasks(self.restart_from, n_restart, rng)[:n_restart]
+            rows = self.env.restart_tasks(offered, n_restart, rng)[:n_restart]
             base = len(self.tasks) + step * cfg.batch_size
             tasks[len(tasks) - len(rows):] = [(base + j, row) for j, row in enumerate(rows)]
             self.restarts = len(rows)
@@ -359,6 +364,29 @@ class GRPOTrainer:
         trajs = await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
         if cfg.restart_share:
             self.restart_from = trajs
+        return trajs
+
+    async def probes(self, step: int) -> list[Trajectory]:
+        """`probe_games` pool tasks (drawn per step, seeded) played greedily by the current weights and marked
+        `probe` in their task; not trained on. Their rollout metrics go to `self.probe_stats`."""
+        from toolgym.policies.hf import HFPolicy
+        from toolgym.rollout import run_rollouts
+
+        cfg = self.cfg
+        self.probe_stats = {}
+        if not cfg.probe_games:
+            return []
+        rng = random.Random(f"probe:{cfg.dataset_seed + cfg.seed}:{step}")
+        picks = rng.sample(range(len(self.tasks)), min(cfg.probe_games, len(self.tasks)))
+        pol = HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=cfg.max_tokens,
+                       max_batch=cfg.concurrency, num_threads=cfg.num_threads or "auto")
+        self.model.eval()
+        try:
+            trajs = await run_rollouts(self.env, pol, [(i, 0, {**self.tasks[i], "probe": True}) for i in picks],
+                                       cfg.concurrency)
+        finally:
+            await pol.aclose()
+        self.probe_stats = {f"probe/{k}": v for k, v in rollout_metrics(trajs).items()}
         return trajs
 
     # ------------------------------------------------------------------------------------------------ update
@@ -562,6 +590,7 @@ class GRPOTrainer:
                     rec["phase"] = self.phase
                 if cfg.restart_share:
                     rec["restart_groups"] = self.restarts
+                rec.update(self.probe_stats)
                 if self.ema is not None:
                     rec["ema_gap"] = self.ema.gap(self.model)
                 if cfg.eval_every and self.step % cfg.eval_every == 0:

@@ -418,7 +418,8 @@ class TicTacToeEnv(StatefulToolEnv):
         board once. A restart keeps its game's opponent (seed, random-move probability, style, invalid-move rule;
         `restart_opponent` and `restart_invalid_move` override the probability and the rule) and is marked `start =
         "restart"`. The outcome chooses: no game value tells which board mattered (`last_unforced` looks only for a
-        win to take or a threat to block).
+        win to take or a threat to block). Games marked `probe` (GRPO's `probe_games`: played greedily, not
+        trained on) come first in each of the two pools, so the boards greedy play loses on are restarted first.
 
         With `restart_replay`, first the groups restarted in `trajectories` score their boards into the replay
         buffer (`_score_restarts`), then `round(restart_replay * n)` of the rows (at most the buffer's size) are
@@ -439,6 +440,7 @@ class TicTacToeEnv(StatefulToolEnv):
         seen: set[str] = {r["board"] for r in rows}
         for pool in (lost, other):
             rng.shuffle(pool)
+            pool.sort(key=lambda game: not game[0].get("probe"))  # greedy probes first (GRPO's probe_games)
             for task, boards in pool:
                 if len(rows) >= n:
                     return rows
