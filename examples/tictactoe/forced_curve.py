@@ -1,6 +1,7 @@
 """The RL curve of `run.sh forced`: losses against the optimal opponent per eval step (the run's periodic greedy eval,
 `eval/metrics/loss`), with the start's rate and the shortcut ceilings drawn as lines, beside the sampled training
-games (reward, losses, wins) per step.
+games (reward, losses, wins) per step; a run with `probe_games` also has its greedy probe games' reward and losses,
+dashed in its colour.
 
     python examples/tictactoe/forced_curve.py RUNS_ROOT RUN_DIR [RUN_DIR ...] [-o PNG] [--start EVAL_NAME]
 
@@ -62,8 +63,13 @@ def main() -> None:
             vals = [(m["step"], m[key]) for m in recs if isinstance(m.get(key), int | float)]
             if vals:
                 xs2, ys2 = zip(*vals, strict=True)
-                axes[k + 2].plot(xs2, smooth(list(ys2), args.smooth), label=name)
+                line = axes[k + 2].plot(xs2, smooth(list(ys2), args.smooth), label=name)[0]
                 axes[k + 2].set_title(f"{title}, {args.smooth}-step mean")
+                probes = [(m["step"], m[f"probe/{key}"]) for m in recs if isinstance(m.get(f"probe/{key}"), int | float)]
+                if probes:  # probe_games: the step's greedy games of the training pool, dashed in the run's colour
+                    xs3, ys3 = zip(*probes, strict=True)
+                    axes[k + 2].plot(xs3, smooth(list(ys3), args.smooth), ls="--", color=line.get_color(),
+                                     label=f"{name} (greedy probes)")
     ax.set_title("losses vs the optimal opponent (greedy eval, 100 games)")
     ax.set_ylabel("% of games")
     axes[1].set_title("invalid calls per game (greedy eval, 100 games)")
