@@ -551,6 +551,9 @@ case "$1" in
       avg_optimal $N/$a $steps
     done
     for a in "${A[@]}"; do [ -d $N/$a/final ] || exit 0; done
+    # arms run side by side that finish together all get here: one end block at a time (its evals --resume, so a
+    # later copy finds them done instead of writing the same eval folder at once)
+    if command -v flock >/dev/null; then exec 9>"$R/.$1-end.lock"; flock 9; fi
     pool() { local a; for a in "${A[@]}"; do [ $a = t10-opt-kl01-seed2 ] || printf 'forced-%s%s,' $a "${1:-}"; done | sed 's/,$//'; }
     P=(--pool "sym$k=$(pool)" --pool "sym$k-avg=$(pool -avg)")
     [ $k = 1 ] && P+=(--pool "no-images-seed2=forced-t10-opt-kl01-seed2" --pool "no-images-seed2-avg=forced-t10-opt-kl01-seed2-avg")
