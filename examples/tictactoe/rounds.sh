@@ -539,6 +539,7 @@ case "$1" in
         t10-opt-kl01-sym3-probe) S+=(-s symmetry_images=3 -s probe_games=16) ;;
         t10-opt-kl01-sym3-probe-seed1) S+=(-s symmetry_images=3 -s probe_games=16 -s seed=1) ;;
         t10-opt-kl01-sym3-probe-seed2) S+=(-s symmetry_images=3 -s probe_games=16 -s seed=2) ;;
+        t10-opt-kl01-sym3-probe4) S+=(-s symmetry_images=3 -s probe_games=4) ;;  # ARMS= only (seed 0, THREADS=2)
         t10-opt-kl01-sym7) S+=(-s symmetry_images=7 -s max_minutes=55) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
