@@ -38,14 +38,19 @@ from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 
 
+def start_and_moves(r: dict) -> tuple[str, list[str]]:  # type: ignore[type-arg]
+    """A rollout record's start board (its info's, else its task's, else the empty board) and its game's moves."""
+    info = r.get("info") or {}
+    start = info.get("start") or (r.get("task") or {}).get("board") or "." * 9
+    return start, list((info.get("result") or {}).get("moves") or [])
+
+
 def decisions(rollouts: Iterable[dict], classes: set[str] | None, window: int) -> dict[tuple[int, str], list[int]]:  # type: ignore[type-arg]
     """{(first step of the window, class): [moves played there, of which value-keeping, of which the first free
     cell]}; `classes` None: every class."""
     out: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rollouts:
-        res = (r.get("info") or {}).get("result") or {}
-        start = (r.get("info") or {}).get("start") or r.get("task", {}).get("board") or "." * 9
-        moves = list(res.get("moves") or [])
+        start, moves = start_and_moves(r)
         w = (int(r["step"]) - 1) // window * window + 1
         for board, mv in zip(P.replay(start, moves), moves, strict=False):
             c = P.canonical(board)
@@ -63,9 +68,8 @@ def first_moves(rollouts: Iterable[dict]) -> dict[str, list[int]]:  # type: igno
     counts as cell -1, a move that keeps nothing)."""
     out: dict[str, list[int]] = defaultdict(list)
     for r in rollouts:
-        res = (r.get("info") or {}).get("result") or {}
-        board = (r.get("info") or {}).get("start") or r.get("task", {}).get("board") or "." * 9
-        moves = [m for m in res.get("moves") or [] if m[0] == "X"]
+        board, moves = start_and_moves(r)
+        moves = [m for m in moves if m[0] == "X"]
         out[board].append(int(moves[0][1:]) if moves else -1)
     return dict(out)
 
@@ -76,9 +80,9 @@ def reach(rollouts: Iterable[dict], classes: Iterable[str]) -> tuple[int, dict[s
     wanted = {P.canonical(c) for c in classes}
     games, out = 0, dict.fromkeys(wanted, 0)
     for r in rollouts:
-        if (r.get("task") or {}).get("board") or ((r.get("info") or {}).get("start") or "." * 9) != "." * 9:
+        start, moves = start_and_moves(r)
+        if start != "." * 9:
             continue
-        moves = list(((r.get("info") or {}).get("result") or {}).get("moves") or [])
         games += 1
         for c in {P.canonical(b) for b, mv in zip(P.replay("." * 9, moves), moves, strict=False) if mv[0] == "X"}:
             if c in out:
