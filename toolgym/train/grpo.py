@@ -369,7 +369,6 @@ class GRPOTrainer:
     async def probes(self, step: int) -> list[Trajectory]:
         """`probe_games` pool tasks (drawn per step, seeded) played greedily by the current weights and marked
         `probe` in their task; not trained on. Their rollout metrics go to `self.probe_stats`."""
-        from toolgym.policies.hf import HFPolicy
         from toolgym.rollout import run_rollouts
 
         cfg = self.cfg
@@ -378,8 +377,7 @@ class GRPOTrainer:
             return []
         rng = random.Random(f"probe:{cfg.dataset_seed + cfg.seed}:{step}")
         picks = rng.sample(range(len(self.tasks)), min(cfg.probe_games, len(self.tasks)))
-        pol = HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=cfg.max_tokens,
-                       max_batch=cfg.concurrency, num_threads=cfg.num_threads or "auto")
+        pol = self._greedy_policy(num_threads=cfg.num_threads or "auto")
         self.model.eval()
         try:
             trajs = await run_rollouts(self.env, pol, [(i, 0, {**self.tasks[i], "probe": True}) for i in picks],
@@ -659,16 +657,22 @@ class GRPOTrainer:
             self.policy.weights_changed()
         return out
 
-    async def _greedy_eval(self) -> dict[str, float]:
+    def _greedy_policy(self, **kwargs: Any) -> Any:
+        """A greedy `HFPolicy` on the trainer's own model (the probes' and the periodic eval's player); `kwargs` go
+        to `HFPolicy` (the probes pass the run's `num_threads`; the periodic eval keeps the policy's default)."""
         from toolgym.policies.hf import HFPolicy
+
+        return HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=self.cfg.max_tokens,
+                        max_batch=self.cfg.concurrency, **kwargs)
+
+    async def _greedy_eval(self) -> dict[str, float]:
         from toolgym.registry import load_env
         from toolgym.rollout import run_rollouts
 
         cfg = self.cfg
         env = load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args})
         tasks = env.build_dataset(cfg.eval_examples, seed=cfg.dataset_seed + 7919)
-        pol = HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=cfg.max_tokens,
-                       max_batch=cfg.concurrency)
+        pol = self._greedy_policy()
         self.model.eval()
         try:
             from toolgym.check import checked_tasks
