@@ -28,6 +28,17 @@ need_multi_servers = pytest.mark.skipif(
     reason="needs mcp-server-time (pip install -e '.[examples]') and the npm servers (npm ci --prefix examples/npm)")
 
 
+def example_module(path: str):  # type: ignore[no-untyped-def]
+    """Import a script that is not in a package (`examples/tictactoe/results_table.py`, ...), by its path from the
+    repository root, as a module named after its file."""
+    file = ROOT / path
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def children() -> set[int]:
     """PIDs of live (non-zombie) descendants of this test process."""
     out = set()

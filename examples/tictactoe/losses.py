@@ -28,14 +28,7 @@ def first_blunder(start: str, moves: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def blunder(start: str, moves: list[str]) -> tuple[str, int] | None:
-    """(board, cell) of the agent's first move that lost game value, or None."""
-    for board, mv in zip(P.replay(start, moves), moves, strict=False):
-        if mv[0] == "X":
-            pos = P.analyze(board)
-            if pos.value >= 0 and int(mv[1:]) not in pos.optimal:
-                return board, int(mv[1:])
-    return None
+blunder = P.blunder  # (board, cell) of the agent's first move that lost game value, or None
 
 
 def threats_made(board: str, cell: int) -> int:

@@ -360,6 +360,8 @@ class TicTacToeEnv(StatefulToolEnv):
         args = {"seed": task.get("seed", 0), "random_move_prob": task.get("random_move_prob", 0.0)}
         if task.get("opponent_style", "uniform") != "uniform":
             args["style"] = task["opponent_style"]
+        if task.get("opponent_choices") is not None:  # scripted ties of the perfect opponent (`exact.exact_games`)
+            args["opponent_choices"] = list(task["opponent_choices"])
         if task.get("board"):
             args["board"] = x_view(task["board"], task.get("agent_plays", "X"))
         else:

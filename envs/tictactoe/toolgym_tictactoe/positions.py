@@ -125,6 +125,17 @@ def replay(start: str, moves: list[str]) -> list[str]:
     return boards
 
 
+def blunder(start: str, moves: list[str]) -> tuple[str, int] | None:
+    """(board, cell) of X's first move in a game from `start` through `moves` (as `replay` takes them) that gave up
+    game value -- a board where X could still draw or win, a cell outside its optimal moves -- or None."""
+    for board, mv in zip(replay(start, moves), moves, strict=False):
+        if mv[0] == "X":
+            pos = analyze(board)
+            if pos.value >= 0 and int(mv[1:]) not in pos.optimal:
+                return board, int(mv[1:])
+    return None
+
+
 def heldout_visits(start: str, moves: list[str]) -> int:
     """How many positions with X to move in a game from `start` through `moves` (as `replay` takes them) are in
     the held-out split."""

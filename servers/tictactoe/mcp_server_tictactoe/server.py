@@ -48,6 +48,12 @@ Style = Annotated[Literal["uniform", "trappy"], Field(description="How the oppon
                                                   "to take and no threat to block but a move that loses.")]
 StartBoard = Annotated[str | None, Field(description="Start from this position instead: 9 cells row by row, X, O or "
                                                      "'.' for empty, X to move.")]
+OpponentChoices = Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
+    description="Script the opponent's choices instead of drawing them from the seed: its n-th reply plays the "
+                "choices[n]-th (from 0, in cell order) of its equally good moves at random_move_prob 0, or of the free "
+                "cells at random_move_prob 1; the first of them past the end of the list. With a player that always "
+                "answers a board the same way, one game per list walks every line of play, each weighted by its "
+                "chance: an exact evaluation instead of a sample.")]
 
 
 def _tool(srv: MCPServer) -> Callable[[F], F]:
@@ -70,13 +76,29 @@ class Game:
     invalid_moves: int = 0
     client: Hashable | None = None  # who started it (`client_key`)
     last_used: float = 0.0
+    choices: list[int] | None = None  # scripted ties (`opponent_choices`), else the seed draws them
+    replies: int = 0  # opponent replies so far
+
 
     @property
     def status(self) -> str:
         return g.status(self.board)
 
     def opponent_reply(self) -> int:
-        cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O", self.style)
+        """Play the opponent's move; a scripted tie index past its choices is a ToolError, with nothing changed."""
+        if self.choices is None:
+            cell = g.opponent_move(self.board, self.seed, self.random_move_prob, "O", self.style)
+        else:
+            random_reply = self.random_move_prob == 1.0
+            options = (g.free_cells(self.board) if random_reply
+                       else sorted(g.minimax_choices(self.board, "O", self.style)))
+            k = self.choices[self.replies] if self.replies < len(self.choices) else 0
+            if k >= len(options):
+                what = "free cells" if random_reply else "equally good moves"
+                raise ToolError(f"opponent_choices[{self.replies}] is {k}, but the opponent has {len(options)} {what} "
+                                f"here ({', '.join(map(str, options))})")
+            cell = options[k]
+        self.replies += 1
         self.board = g.play(self.board, cell, "O")
         self.moves.append(("O", cell))
         return cell
@@ -153,19 +175,26 @@ class GameTable:
             self.evicted += 1
 
     def new(self, seed: int, x_starts: bool | None, random_move_prob: float, board: str | None = None,
-            client: Hashable | None = None, style: str = "uniform") -> tuple[str, Game]:
+            client: Hashable | None = None, style: str = "uniform", choices: list[int] | None = None
+            ) -> tuple[str, Game]:
         if not 0.0 <= random_move_prob <= 1.0:
             raise ToolError(f"random_move_prob must be in [0, 1], got {random_move_prob}")
+        if choices is not None and (random_move_prob not in (0.0, 1.0) or any(
+                isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in choices)):
+            raise ToolError("opponent_choices scripts the choices of a perfect (random_move_prob 0) or a random "
+                            "(random_move_prob 1) opponent, as indices >= 0")
         if style not in g.STYLES:
             raise ToolError(f"style must be one of {', '.join(g.STYLES)}, got {style!r}")
         if board is not None:
             board = parse_position(board)
             x_starts = board.count("O") == board.count("X")
-            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, board=board, style=style)
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, board=board, style=style,
+                        choices=choices)
         else:
             if x_starts is None:
                 x_starts = random.Random(f"tictactoe-start:{seed}").random() < 0.5
-            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, style=style)
+            game = Game(seed=seed, random_move_prob=random_move_prob, x_starts=x_starts, style=style,
+                        choices=choices)
             if not x_starts:
                 game.opponent_reply()
         self._make_room(client)
@@ -200,10 +229,12 @@ def build_server(max_games: int = MAX_GAMES, max_client_games: int | None = None
 
     @_tool(srv)
     async def new_game(seed: Seed, ctx: Context, x_starts: XStarts = None, random_move_prob: RandomMoveProb = 0.0,
-                       board: StartBoard = None, style: Style = "uniform") -> dict[str, Any]:
+                       board: StartBoard = None, style: Style = "uniform",
+                       opponent_choices: OpponentChoices = None) -> dict[str, Any]:
         """Start a game. The opponent (O) plays minimax, or a random cell with probability random_move_prob.
         Returns the game id, who starts and the board."""
-        game_id, game = table.new(seed, x_starts, random_move_prob, board, client_key(ctx), style)
+        game_id, game = table.new(seed, x_starts, random_move_prob, board, client_key(ctx), style,
+                                  None if opponent_choices is None else list(opponent_choices))
         return {"game_id": game_id, "x_starts": game.x_starts, "board": game.describe()}
 
     @_tool(srv)
@@ -225,11 +256,17 @@ def build_server(max_games: int = MAX_GAMES, max_client_games: int | None = None
             game.invalid_moves += 1
             free = ", ".join(str(c) for c in g.free_cells(game.board))
             raise ToolError(f"cell {position} is already taken; free cells: {free}")
+        before = game.board
         game.board = g.play(game.board, position, "X")
         game.moves.append(("X", position))
         text = f"You played {position}."
         if game.status == "in_progress":
-            text += f" Opponent played {game.opponent_reply()}."
+            try:
+                text += f" Opponent played {game.opponent_reply()}."
+            except ToolError:  # a scripted tie past the opponent's choices: the move is not played
+                game.board = before
+                game.moves.pop()
+                raise
         return f"{text}\n{game.describe()}"
 
     @_tool(srv)

@@ -1,0 +1,109 @@
+"""The exact RL curve: each run's losses against the perfect opponent at every checkpoint, computed exactly
+(`exact_games.py --json` files: every line of play, weighted; no sampling noise), the runs' mean with a 95 %
+t-interval over the runs (the seed-to-seed spread, the only noise left), beside the `copy-centre` shortcut's exact
+ceiling and the 5 % target.
+
+    python examples/tictactoe/exact_curve.py EXACT_DIR RUN [RUN ...] --start NAME [--steps 10 20 30 40 50]
+                                             [-o curve.png]
+
+EXACT_DIR holds NAME.json files: the start `--start`, each RUN's checkpoints `RUN-stepS.json` and its final model
+`RUN.json` (the last step, 60 by default: `--last`). Prints the table and, with `-o`, draws the PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from toolgym_tictactoe.shortcuts import game_outcome
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+"""Student-t 97.5 % quantiles by degrees of freedom (two-sided 95 % intervals over a few runs)."""
+
+
+def loss(folder: Path, name: str) -> float | None:
+    """The exact loss probability (played-out, turn-cap and errored games) of eval NAME, or None if absent."""
+    f = folder / f"{name}.json"
+    if not f.is_file():
+        return None
+    data = json.loads(f.read_text())
+    (only,) = data.values()  # exact_games.py --json with one model
+    return float(only["loss"])
+
+
+def mean_t(values: list[float]) -> tuple[float, float, float]:
+    """(mean, lo, hi): a 95 % t-interval over runs (lo = hi = mean for one run)."""
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return m, m, m
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    half = T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return m, max(0.0, m - half), m + half
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--start", required=True, help="the start's eval name (step 0)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[10, 20, 30, 40, 50])
+    ap.add_argument("--last", type=int, default=60, help="the step of each run's final model (RUN.json)")
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    start = loss(args.folder, args.start)
+    if start is None:
+        raise SystemExit(f"{args.folder}/{args.start}.json: no exact eval of the start")
+    steps = [0, *args.steps, args.last]
+    curves: dict[str, list[float | None]] = {}
+    for run in args.runs:
+        curves[run] = [start, *(loss(args.folder, f"{run}-step{s}") for s in args.steps), loss(args.folder, run)]
+    print("| run | " + " | ".join(f"step {s}" for s in steps) + " |")
+    print("|---|" + "---|" * len(steps))
+    for run, ys in curves.items():
+        print(f"| {run} | " + " | ".join("-" if y is None else f"{100 * y:.2f}" for y in ys) + " |")
+    means = []
+    for i in range(len(steps)):
+        ys = [c[i] for c in curves.values() if c[i] is not None]
+        means.append(mean_t(ys) if ys else None)
+    print("| mean (95 % t-interval over runs) | " + " | ".join(
+        "-" if m is None else f"{100 * m[0]:.2f} ({100 * m[1]:.1f}-{100 * m[2]:.1f})" for m in means) + " |")
+    ceiling = game_outcome("copy-centre", 0.0)[2]
+    print(f"\nshortcut `copy-centre` (exact): {100 * ceiling:.2f} % losses; target: 5 %")
+    if args.out:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for run, ys in curves.items():
+            pts = [(s, 100 * y) for s, y in zip(steps, ys, strict=True) if y is not None]
+            ax.plot(*zip(*pts, strict=True), marker="o", lw=1, alpha=0.6, label=run)
+        pts = [(s, 100 * m[0], 100 * m[1], 100 * m[2]) for s, m in zip(steps, means, strict=True) if m is not None]
+        xs, ms, los, his = zip(*pts, strict=True)
+        ax.plot(xs, ms, color="black", lw=2.5, label=f"mean of {len(curves)} runs")
+        ax.fill_between(xs, los, his, color="black", alpha=0.12, label="95 % t-interval over runs")
+        ax.axhline(100 * ceiling, color="tab:red", ls="--", lw=1, label=f"`copy-centre` shortcut ({100 * ceiling:.1f} %)")
+        ax.axhline(5, color="tab:green", ls=":", lw=1.5, label="target (5 %)")
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("losses vs the optimal opponent, exact (%)")
+        top = max(40.0, min(100.0, 100 * start + 5))
+        ax.set_ylim(0, top)
+        for run, ys in curves.items():  # points above the axis: a mark on its edge with the value
+            for s, y in zip(steps, ys, strict=True):
+                if y is not None and 100 * y > top:
+                    ax.annotate(f"{100 * y:.0f} %", (s, top), xytext=(4, -12), textcoords="offset points", fontsize=7)
+                    ax.plot([s], [top], marker="^", color="grey", clip_on=False)
+        ax.set_title("Exact losses against the perfect opponent (every line of play, weighted)")
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(args.out, dpi=120)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Exact game results (`toolgym_tictactoe.exact`): the server's scripted opponent ties, and the walk over every line
+of play through the real MCP server (in-process transport) checked against an independent computation -- the
+shortcut players' exact outcomes by a walk of the game tree over boards (`shortcuts.game_outcome`) -- and against
+line counts worked out by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from mcp_server_tictactoe import build_server
+from mcp_server_tictactoe import game as g
+from toolgym_tictactoe import TicTacToeEnv, board_from_messages
+from toolgym_tictactoe.exact import exact_games, opponent_ties
+from toolgym_tictactoe.shortcuts import game_outcome, move_distribution
+
+from toolgym import AssistantTurn, ScriptedPolicy
+from toolgym.mcp_bridge import MCPSession, ServerSpec
+from toolgym.policies.scripted import call
+
+
+def _player(choose: Any, name: str) -> ScriptedPolicy:
+    """A deterministic X player: `choose(board) -> cell` on the board the last message shows."""
+
+    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
+        board = board_from_messages(messages)
+        assert board is not None
+        return AssistantTurn(content="", reasoning="", tool_calls=[call("make_move", position=choose(board))])
+
+    return ScriptedPolicy(act, name)
+
+
+def _shortcut(name: str) -> ScriptedPolicy:
+    def choose(board: str) -> int:
+        (cell,) = move_distribution(name, board)  # a deterministic shortcut: one cell with probability 1
+        return cell
+
+    return _player(choose, name)
+
+
+def _env(**kw: Any) -> TicTacToeEnv:
+    return TicTacToeEnv(transport="inprocess", **kw)
+
+
+def test_scripted_ties_pick_the_nth_best_move_and_bad_scripts_change_nothing() -> None:
+    async def main() -> None:
+        srv = build_server()
+        s = await MCPSession.open(ServerSpec.inprocess(srv), srv)
+        try:
+            # O first: all nine cells are equally good for it (each draws), so tie k is cell k
+            for k in (0, 4, 8):
+                res = (await s.call("new_game", {"seed": 1, "x_starts": False, "opponent_choices": [k]})).json()
+                assert srv.games.get(res["game_id"]).board == "." * k + "O" + "." * (8 - k)
+            # X takes the centre: O's equally good replies are the four corners; tie 2 is corner 6
+            gid = (await s.call("new_game", {"seed": 1, "x_starts": True, "opponent_choices": [2]})).json()["game_id"]
+            r = await s.call("make_move", {"game_id": gid, "position": 4})
+            assert not r.is_error and "Opponent played 6." in r.text
+            # a tie past the opponent's choices: an error, and the move is not played
+            gid = (await s.call("new_game", {"seed": 1, "x_starts": True, "opponent_choices": [4]})).json()["game_id"]
+            r = await s.call("make_move", {"game_id": gid, "position": 4})
+            assert r.is_error and "4 equally good moves" in r.text
+            game = srv.games.get(gid)
+            assert game.board == "." * 9 and game.moves == []
+            # a random opponent's choice is among the free cells: X centre, choice 7 of 0-3, 5-8 is cell 8
+            gid = (await s.call("new_game", {"seed": 1, "x_starts": True, "random_move_prob": 1.0,
+                                             "opponent_choices": [7]})).json()["game_id"]
+            r = await s.call("make_move", {"game_id": gid, "position": 4})
+            assert not r.is_error and "Opponent played 8." in r.text
+            # only a perfect or a random opponent's choices can be scripted
+            r = await s.call("new_game", {"seed": 1, "random_move_prob": 0.5, "opponent_choices": [0]})
+            assert r.is_error and "random_move_prob 0" in r.text
+        finally:
+            await s.close()
+
+    asyncio.run(main())
+
+
+def test_opponent_ties_count_the_equally_good_replies() -> None:
+    # O first (9 draws), X centre (O: 4 corners), ...
+    assert opponent_ties(["O0", "X4"]) == [9]
+    assert opponent_ties(["X4", "O0"]) == [4]
+    assert opponent_ties(["X4", "O0", "X8"]) == [4]
+    board = g.play(g.play(g.play(g.EMPTY * 9, 4, "X"), 0, "O"), 8, "X")
+    assert opponent_ties(["X4", "O0", "X8", f"O{g.best_moves(board, 'O')[0]}"]) == [4, len(g.best_moves(board, "O"))]
+
+
+@pytest.mark.parametrize(("name", "opponent"), [("copy-centre", "optimal"), ("first-free", "optimal"),
+                                               ("copy-centre", "random")])
+def test_exact_walk_equals_the_game_tree_over_boards(name: str, opponent: str) -> None:
+    """Through the MCP server, one game per line: the same W/D/L as the board-level tree walk, to rounding."""
+    result = asyncio.run(exact_games(_env(), _shortcut(name), opponent=opponent))
+    w, d, lost = game_outcome(name, float(opponent == "random"))
+    assert (result.win, result.draw, result.loss) == pytest.approx((w, d, lost), abs=1e-12)
+    assert result.win + result.draw + result.loss == pytest.approx(1.0, abs=1e-12)
+    assert sum(line.weight for line in result.lines) == pytest.approx(1.0, abs=1e-12)
+    assert result.capped == result.errored == result.diverged == 0 and result.invalid_per_game == 0
+    # every line is a distinct line of play
+    assert len({(line.x_starts, tuple(line.moves)) for line in result.lines}) == result.games
+
+
+def test_exact_walk_counts_turn_cap_games_and_their_lines() -> None:
+    """A player that names the centre forever. X first: O's four corner replies, four lines of weight 1/8, each
+    stuck at the turn cap. O first: nine equally good openings (1/18 each); the one that takes the centre is stuck
+    at once, after each other one X takes the centre and O's n equally good replies split its 1/18 into n lines."""
+    result = asyncio.run(exact_games(_env(max_turns=4), _player(lambda board: 4, "centre-forever")))
+    assert g.best_moves(g.EMPTY * 9, "O") == list(range(9)) and g.best_moves("....X....", "O") == [0, 2, 6, 8]
+    o_first = {o: len(g.best_moves(g.play(g.play(g.EMPTY * 9, o, "O"), 4, "X"), "O")) for o in range(9) if o != 4}
+    assert result.games == 4 + 1 + sum(o_first.values())
+    assert result.loss == pytest.approx(1.0) and result.capped == pytest.approx(1.0) and result.win == 0
+    by_line = {(line.x_starts, tuple(line.moves)): line.weight for line in result.lines}
+    assert all(by_line[True, ("X4", f"O{c}")] == pytest.approx(1 / 8) for c in (0, 2, 6, 8))
+    assert by_line[False, ("O4",)] == pytest.approx(1 / 18)
+    for o, n in o_first.items():
+        mine = [w for (xs, moves), w in by_line.items() if not xs and moves[0] == f"O{o}"]
+        assert len(mine) == n and sum(mine) == pytest.approx(1 / 18)
+    assert result.invalid_per_game > 2  # every game keeps naming the taken centre
+
+
+def test_exact_walk_refuses_move_tasks_and_runaway_walks() -> None:
+    with pytest.raises(ValueError, match="whole games"):
+        asyncio.run(exact_games(_env(task="move"), _shortcut("copy-centre")))
+    with pytest.raises(ValueError, match="'optimal' or 'random'"):
+        asyncio.run(exact_games(_env(), _shortcut("copy-centre"), opponent="trappy"))
+    with pytest.raises(ValueError, match="passed 5 games"):
+        asyncio.run(exact_games(_env(), _shortcut("copy-centre"), max_games=5))
+
+
+def test_exact_curve_reads_the_walks_and_draws_the_mean(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`examples/tictactoe/exact_curve.py` on `exact_games.py --json`-shaped files: each run's row, the mean with a
+    t-interval over runs (3 runs: t 4.303), a missing checkpoint left out of its step's mean, and the PNG."""
+    import json
+    import math
+    import sys
+
+    from tg_testutil import example_module
+
+    mod = example_module("examples/tictactoe/exact_curve.py")
+    m, lo, hi = mod.mean_t([0.01, 0.02, 0.03])
+    assert m == pytest.approx(0.02) and hi - m == pytest.approx(4.303 * 0.01 / math.sqrt(3))
+    assert lo == pytest.approx(max(0.0, 0.02 - 4.303 * 0.01 / math.sqrt(3)))
+    assert mod.mean_t([0.2]) == (0.2, 0.2, 0.2)
+
+    def put(name: str, loss: float) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({f"hf:{name}": {"loss": loss, "lines": []}}))
+
+    put("start", 0.3)
+    for run, losses in (("a", (0.2, 0.1)), ("b", (0.4, 0.05))):
+        put(f"{run}-step10", losses[0])
+        put(run, losses[1])
+    put("c", 0.06)  # no step-10 checkpoint
+    sys.argv = ["exact_curve.py", str(tmp_path), "a", "b", "c", "--start", "start", "--steps", "10", "--last", "20",
+                "-o", str(tmp_path / "curve.png")]
+    mod.main()
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in out.splitlines()
+            if line.startswith("| ")}
+    assert rows["a"] == ["30.00", "20.00", "10.00"] and rows["c"] == ["30.00", "-", "6.00"]
+    mean = rows["mean (95 % t-interval over runs)"]
+    assert mean[1].startswith("30.00 (") and mean[2].startswith("7.00 (")  # step 10 over a, b; step 20 over a, b, c
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
