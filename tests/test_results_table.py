@@ -4,23 +4,17 @@ optimal on the held-out positions and no losses, the random player's row less, w
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
+from tg_testutil import example_module
 from typer.testing import CliRunner
 
 from toolgym.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _table_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("results_table", ROOT / "examples" / "tictactoe" / "results_table.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return example_module("examples/tictactoe/results_table.py")
 
 
 def _eval(out: Path, player: str, *args: str) -> None:
@@ -68,16 +62,18 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert pools["both"][0] == "2" and pools["both"][3] == "24" and pools["alone"][3] == "12"
     assert pools["both"][1].startswith("minimax: 0+0; random: ")
     assert pools["both"][2].startswith(f"{100 * lost / 24:.1f} (") and pools["alone"][2].startswith(f"{100 * lost / 12:.1f} (")
+    # ... and the wins against the random opponent pooled the same way (12 games per run: both seeds)
+    won = {p: mod.games(tmp_path, p, "random")["win"] for p in ("minimax", "random")}
+    assert pools["both"][5] == "24" and pools["alone"][5] == "12" and won["minimax"] > won["random"]
+    assert pools["both"][4].startswith(f"{100 * (won['minimax'] + won['random']) / 24:.1f} (")
+    assert pools["alone"][4].startswith(f"{100 * won['random'] / 12:.1f} (")
 
 
 def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> None:
     """`examples/tictactoe/losses.py` on real games of the random player against the optimal opponent: every lost
     game is traced to a position where X could still draw and played a move outside its optimal set (checked by
     replaying to it), or counted as a turn-cap loss; the optimal player's games lose nothing."""
-    spec = importlib.util.spec_from_file_location("losses", ROOT / "examples" / "tictactoe" / "losses.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = example_module("examples/tictactoe/losses.py")
     from toolgym_tictactoe import positions as P
 
     for player in ("random", "minimax"):

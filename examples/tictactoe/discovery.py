@@ -4,17 +4,23 @@ run's games visited them, with each model's share of value-keeping moves beside 
 positions (`toolgym_tictactoe.shortcuts`: on quiet positions `copy` is chance, since the scan names no cell).
 
     python examples/tictactoe/discovery.py RUN_DIR NAME=EVAL_DIR [NAME=EVAL_DIR ...] [--json OUT.json]
+    python examples/tictactoe/discovery.py --pool OUT.json OUT.json ...     (the seeds of one recipe, pooled)
 
 RUN_DIR: a GRPO run with `save_rollouts = true` (its rollouts.jsonl.gz: every position with X to move its games
 showed the model). EVAL_DIR: `toolgym eval tictactoe -a task=move -a kinds=quiet -n 0` of one model (every quiet
 position, greedy). Rows: every quiet position; visited by at least one RL game; visited in at least 64 games (one
 step's worth); not visited; each also for the held-out split alone.
+
+`--pool` adds up the `--json` outputs of several runs (the seeds of one recipe, each with its own model and its own
+visited set) row by row: a position counts once per run whose row holds it, and each shortcut ceiling is weighted
+by the row's positions, so the pooled ceiling is the one of the same (run, position) pairs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -81,7 +87,38 @@ def table(counts: Counter[str], evals: dict[str, dict[str, float]]) -> tuple[str
     return "\n".join(lines), rows
 
 
+def pool(outputs: list[dict[str, object]]) -> str:
+    """The rows of several runs' `--json` outputs added up (see the module docstring); every run must have the same
+    rows and model names."""
+    names = [[r["positions"] for r in o["rows"]] for o in outputs]  # type: ignore[index,union-attr]
+    if any(n != names[0] for n in names):
+        raise SystemExit("--pool: the outputs have different rows")
+    first = outputs[0]["rows"]  # type: ignore[index]
+    models = [k for k, v in first[0].items() if isinstance(v, dict)]  # type: ignore[index,union-attr]
+    if any([k for k, v in o["rows"][0].items() if isinstance(v, dict)] != models  # type: ignore[index,union-attr]
+           for o in outputs):
+        raise SystemExit("--pool: the outputs name different models")
+    head = ["positions", "n (run, position)", *[f"{m} optimal %" for m in models],
+            *[f"`{s}` ceiling %" for s in SHORTCUT_COLUMNS]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, name in enumerate(names[0]):
+        rows = [o["rows"][i] for o in outputs]  # type: ignore[index]
+        n = sum(int(r["n"]) for r in rows)
+        cells = [str(name), str(n)]
+        for m in models:
+            cells.append(rate(sum(r[m]["optimal"] for r in rows), sum(r[m]["n"] for r in rows)))
+        for s in SHORTCUT_COLUMNS:
+            cells.append(f"{sum(r[s] * r['n'] for r in rows if r['n']) / n:.1f}" if n else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--pool"]:
+        if len(sys.argv) < 4:
+            raise SystemExit("usage: discovery.py --pool OUT.json OUT.json ...")
+        print(pool([json.loads(Path(f).read_text()) for f in sys.argv[2:]]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", type=Path, help="GRPO run folder with rollouts.jsonl.gz")
     ap.add_argument("evals", nargs="+", help="NAME=EVAL_DIR: a quiet-position eval of one model")

@@ -58,6 +58,12 @@ arm_evals() {  # arm_evals ARM RUN_DIR: rl_evals of the step-60 model on seed 27
     python $X/losses.py $R/eval/forced-$1-best-games200-optimal
   fi
 }
+exact() {  # exact NAME MODEL_DIR [random]: every line of play against the perfect (or the random) opponent once,
+  # weighted by its chance (exact_games.py: exact W/D/L, no sampling noise) -> eval/exact/NAME[-random].json
+  local opp=${3:-optimal} out="$R/eval/exact/$1${3:+-$3}.json"
+  mkdir -p "$R/eval/exact"
+  [ -f "$out" ] || python $X/exact_games.py "hf:$2" --opponent $opp --max-tokens $MAXTOK --json "$out"
+}
 quiet() {  # quiet NAME MODEL_DIR: every quiet position (467: no win, no threat, some move loses the value), greedy
   toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
     -a kinds=quiet -o "$R/eval/$1-positions-quiet" --resume

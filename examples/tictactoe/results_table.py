@@ -7,7 +7,8 @@ free cell...).
 
 Without MODEL names, every model that has evals is listed (in the order their folders were made). `--pool` adds a
 table of losses against the optimal opponent pooled over runs (seeds of one arm, say), every rollout counted (an
-errored game is a loss), with 95 % Wilson intervals.
+errored game is a loss), with 95 % Wilson intervals, and the runs' wins against the random opponent pooled beside
+them.
 """
 
 from __future__ import annotations
@@ -113,19 +114,29 @@ def losses(root: Path, model: str) -> tuple[list[int], int] | None:
 
 def pooled(root: Path, groups: dict[str, list[str]]) -> str:
     """Losses against the optimal opponent pooled over each group's runs (the seeds of one arm), with 95 % Wilson
-    intervals, beside each run's own: one seed of a CPU-scale run is not a measurement of its recipe."""
-    out = ["| arm | runs | lost per eval | losses % (95 % CI) | games |", "|---|---|---|---|---|"]
+    intervals, beside each run's own: one seed of a CPU-scale run is not a measurement of its recipe; and the wins
+    against the random opponent pooled the same way, over the runs that have those games ('-' if none has). Runs
+    that share an eval seed play the same task draw (who starts), so the pooled interval reads the runs' spread on
+    those tasks, not a fresh draw of them."""
+    out = ["| arm | runs | lost per eval | losses % (95 % CI) | games | wins vs random % (95 % CI) | games |",
+           "|---|---|---|---|---|---|---|"]
     for name, runs in groups.items():
         lost, n, per = 0, 0, []
+        won, played = 0.0, 0
         for run in runs:
             got = losses(root, run)
             if got is None:
                 per.append(f"{run}: no evals")
-                continue
-            per.append(f"{run}: {'+'.join(map(str, got[0]))}")
-            lost += sum(got[0])
-            n += got[1]
-        out.append(f"| {name} | {len(runs)} | {'; '.join(per)} | {rate(lost, n)} | {n} |")
+            else:
+                per.append(f"{run}: {'+'.join(map(str, got[0]))}")
+                lost += sum(got[0])
+                n += got[1]
+            vs_random = games(root, run, "random")
+            if vs_random is not None:
+                won += vs_random["win"]
+                played += int(vs_random["n"])
+        wins = rate(round(won), played) if played else "-"
+        out.append(f"| {name} | {len(runs)} | {'; '.join(per)} | {rate(lost, n)} | {n} | {wins} | {played} |")
     return "\n".join(out)
 
 

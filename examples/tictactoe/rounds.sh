@@ -591,4 +591,44 @@ case "$1" in
     python $X/losses.py $R/eval/forced-sym1-soup-games200-optimal
     python $X/results_table.py $R --pool "soup=forced-sym1-soup" --pool "soup-fresh=forced-sym1-soup-fresh" \
       --pool "sym1-avg-fresh=$(for a in "${S[@]}"; do printf 'forced-%s-avg-fresh,' $a; done | sed 's/,$//')" ;;
+  forced-summary)  # the summary of RL on whole games (docs: "Whole games against the minimax opponent: where it
+    # stands"), after forced-sym3: the late start on the seeds its five models played (the optimal opponent on the
+    # test seeds 2718 and 1618 and the fresh 3141 and 5772, the random one on 2718 and 3141), every quiet position
+    # for the start and each model, discovery.py per run and pooled over the five, the pooled tables, then the
+    # exact losses of every checkpoint (exact_games.py) and the exact curve (exact_curve.py, forced_exact.png)
+    N=$R/forced-late
+    A=(t10-opt-kl01-sym3 t10-opt-kl01-sym3-seed1 t10-opt-kl01-sym3-seed2 t10-opt-kl01-sym3-seed3 t10-opt-kl01-sym3-seed4)
+    for a in "${A[@]}"; do [ -d $N/$a/final ] || { echo "run.sh forced-sym3 first ($a)"; exit 2; }; done
+    S=$N/sft2/final
+    optimal200 forced-late-sft-games200-optimal $S 2718
+    optimal200 forced-late-sft-games200b-optimal $S 1618
+    optimal200 forced-late-sft-fresh-games200-optimal $S 3141
+    optimal200 forced-late-sft-fresh-games200b-optimal $S 5772
+    games200 forced-late-sft-games200-random $S 2718 1
+    games200 forced-late-sft-fresh-games200-random $S 3141 1
+    quiet forced-late-sft $S
+    J=()
+    for a in "${A[@]}"; do
+      quiet forced-$a $N/$a/final
+      python $X/discovery.py $N/$a start=$R/eval/forced-late-sft-positions-quiet \
+        rl=$R/eval/forced-$a-positions-quiet --json $R/eval/forced-$a-discovery.json
+      J+=($R/eval/forced-$a-discovery.json)
+    done
+    python $X/discovery.py --pool "${J[@]}"
+    pool() { local a; for a in "${A[@]}"; do printf 'forced-%s%s,' $a "${1:-}"; done | sed 's/,$//'; }
+    python $X/results_table.py $R forced-late-sft "${A[@]/#/forced-}" --pool start=forced-late-sft \
+      --pool start-fresh=forced-late-sft-fresh --pool "sym3=$(pool)" --pool "sym3-fresh=$(pool -fresh)"
+    # exact losses against the perfect opponent (every line of play once, weighted): the start, the committed
+    # default, every checkpoint of the five runs and their averaged models; the exact curve
+    exact forced-late-sft $S
+    exact forced-late-sft $S random
+    exact default envs/tictactoe/toolgym_tictactoe/checkpoint
+    exact default envs/tictactoe/toolgym_tictactoe/checkpoint random
+    for a in "${A[@]}"; do
+      exact forced-$a $N/$a/final
+      exact forced-$a $N/$a/final random
+      exact forced-$a-avg $N/$a/avg40-60
+      for s in 10 20 30 40 50; do exact forced-$a-step$s $N/$a/checkpoints/step_0000$s/model; done
+    done
+    python $X/exact_curve.py $R/eval/exact "${A[@]/#/forced-}" --start forced-late-sft -o $X/forced_exact.png ;;
 esac
