@@ -233,6 +233,14 @@ class StatefulToolEnv:
         raise NotImplementedError(f"{type(self).__name__} declares no symmetries; override symmetric_images to use "
                                   "GRPO's symmetry_images")
 
+    async def exact_eval(self, policy: Any) -> dict[str, float]:
+        """The exact value of `policy`'s metrics on this env, where the env can compute one instead of sampling
+        episodes: every episode a deterministic (greedy) policy can meet, each weighted by its chance, as metric ->
+        value (GRPO's `eval_exact` logs them as `eval/exact/...`). Only an env whose episodes can be enumerated can;
+        the default says so. The env is started by the caller."""
+        raise NotImplementedError(f"{type(self).__name__} has no exact evaluation; override exact_eval to use "
+                                  "GRPO's eval_exact")
+
     def restart_options(self) -> list[str]:
         """The options set on this env that act only through `restart_tasks` (default: none). GRPO refuses them
         without `restart_share`, where they would change nothing."""

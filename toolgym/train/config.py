@@ -144,6 +144,10 @@ class GRPOConfig(ModelTrainConfig):
     eval_every: int = Field(0, ge=0, description="Every N steps run a greedy eval on eval_examples fresh tasks (0 = off).")
     eval_examples: int = Field(32, ge=1, description="Tasks per periodic eval.")
     eval_env_args: dict[str, Any] = Field(default_factory=dict, description="Env argument overrides for periodic evals.")
+    eval_exact: bool = Field(False, description="Make the periodic eval exact instead of sampled: the env's "
+        "`exact_eval` (every episode the greedy policy can meet, weighted by its chance; tic-tac-toe: whole games "
+        "against the optimal or the random opponent), logged as eval/exact/...; eval_examples is then unused. Needs "
+        "eval_every.")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -154,6 +158,8 @@ class GRPOConfig(ModelTrainConfig):
         starts = [p.from_step for p in self.task_schedule]
         if starts and (starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:], strict=False))):
             raise ValueError(f"task_schedule: from_step must start at 0 and increase (got {starts})")
+        if self.eval_exact and not self.eval_every:
+            raise ValueError("eval_exact makes the periodic eval exact: set eval_every too")
         if self.engine_args:  # checked by name like --model-arg: a misspelled one fails here, not silently
             from toolgym.policies.base import check_policy_options
 

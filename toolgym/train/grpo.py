@@ -223,6 +223,9 @@ class GRPOTrainer:
         if idle_restart:
             raise ValueError(f"config env_args {', '.join(idle_restart)}: acts only on restarted groups, and "
                              "restart_share is 0 -- set restart_share, or leave the option out")
+        if cfg.eval_exact and type(self.env).exact_eval is StatefulToolEnv.exact_eval:
+            raise ValueError(f"config eval_exact: the env {cfg.env!r} has no exact evaluation (it does not implement "
+                             "exact_eval)")
         if cfg.probe_games and not cfg.restart_share:
             raise ValueError("config probe_games: probes only choose restarts, and restart_share is 0 -- set "
                              "restart_share (for a greedy curve alone, use eval_every)")
@@ -671,11 +674,19 @@ class GRPOTrainer:
 
         cfg = self.cfg
         env = load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args})
-        tasks = env.build_dataset(cfg.eval_examples, seed=cfg.dataset_seed + 7919)
         pol = self._greedy_policy()
         self.model.eval()
+        if cfg.eval_exact:
+            try:
+                await env.start()
+                return {f"eval/exact/{k}": float(v) for k, v in (await env.exact_eval(pol)).items()}
+            finally:
+                await pol.aclose()
+                await env.aclose()
         try:
             from toolgym.check import checked_tasks
+
+            tasks = env.build_dataset(cfg.eval_examples, seed=cfg.dataset_seed + 7919)
 
             tasks, report = await checked_tasks(env, tasks, cfg.skip_invalid_tasks)
             if (note := report.repeat_note("the periodic eval counts their outcomes twice")) and not self._eval_noted:
