@@ -149,13 +149,21 @@ def test_exact_curve_reads_the_walks_and_draws_the_mean(tmp_path, capsys) -> Non
         put(f"{run}-step10", losses[0])
         put(run, losses[1])
     put("c", 0.06)  # no step-10 checkpoint
-    sys.argv = ["exact_curve.py", str(tmp_path), "a", "b", "c", "--start", "start", "--steps", "10", "--last", "20",
-                "-o", str(tmp_path / "curve.png")]
+    run = tmp_path / "runs" / "d"  # a run whose own periodic eval was exact (eval_exact): steps 5, 10 and 20
+    run.mkdir(parents=True)
+    run.joinpath("metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"step": 5, "eval/exact/loss": 0.5}, {"step": 6, "loss": 0.1}, {"step": 10, "eval/exact/loss": 0.1},
+        {"step": 20, "eval/exact/loss": 0.02})) + "\n")
+    sys.argv = ["exact_curve.py", str(tmp_path), "a", "b", "c", str(run), "--start", "start", "--steps", "10",
+                "--last", "20", "-o", str(tmp_path / "curve.png")]
     mod.main()
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in out.splitlines()
             if line.startswith("| ")}
-    assert rows["a"] == ["30.00", "20.00", "10.00"] and rows["c"] == ["30.00", "-", "6.00"]
+    assert rows["run"] == ["step 0", "step 5", "step 10", "step 20"]
+    assert rows["a"] == ["30.00", "-", "20.00", "10.00"] and rows["c"] == ["30.00", "-", "-", "6.00"]
+    assert rows["d"] == ["30.00", "50.00", "10.00", "2.00"]
     mean = rows["mean (95 % t-interval over runs)"]
-    assert mean[1].startswith("30.00 (") and mean[2].startswith("7.00 (")  # step 10 over a, b; step 20 over a, b, c
+    assert mean[1] == "-"  # step 5: one run of four
+    assert mean[2].startswith("23.33 (") and mean[3].startswith("5.75 (")  # step 10: a, b, d; step 20: all four
     assert (tmp_path / "curve.png").stat().st_size > 10_000

@@ -7,7 +7,9 @@ ceiling and the 5 % target.
                                              [-o curve.png]
 
 EXACT_DIR holds NAME.json files: the start `--start`, each RUN's checkpoints `RUN-stepS.json` and its final model
-`RUN.json` (the last step, 60 by default: `--last`). Prints the table and, with `-o`, draws the PNG.
+`RUN.json` (the last step, 60 by default: `--last`). A RUN that is a run folder instead (with metrics.jsonl) brings
+its own exact periodic evals (GRPO's `eval_exact`: `eval/exact/loss` by step). The mean is over the runs that have a
+step, shown where at least half of them do. Prints the table and, with `-o`, draws the PNG.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ def loss(folder: Path, name: str) -> float | None:
     return float(only["loss"])
 
 
+def in_training(run_dir: Path) -> dict[int, float]:
+    """A run's exact losses by step from its own periodic eval (`eval_exact`: `eval/exact/loss` in metrics.jsonl)."""
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if "eval/exact/loss" in row:
+            out[int(row["step"])] = float(row["eval/exact/loss"])
+    return out
+
+
 def mean_t(values: list[float]) -> tuple[float, float, float]:
     """(mean, lo, hi): a 95 % t-interval over runs (lo = hi = mean for one run)."""
     n = len(values)
@@ -56,18 +68,23 @@ def main() -> None:
     start = loss(args.folder, args.start)
     if start is None:
         raise SystemExit(f"{args.folder}/{args.start}.json: no exact eval of the start")
-    steps = [0, *args.steps, args.last]
-    curves: dict[str, list[float | None]] = {}
+    curves: dict[str, dict[int, float]] = {}
     for run in args.runs:
-        curves[run] = [start, *(loss(args.folder, f"{run}-step{s}") for s in args.steps), loss(args.folder, run)]
+        if (Path(run) / "metrics.jsonl").is_file():  # a run folder whose periodic eval was exact (eval_exact)
+            curves[Path(run).name] = {0: start, **in_training(Path(run))}
+            continue
+        ys = {s: loss(args.folder, f"{run}-step{s}") for s in args.steps}
+        ys[args.last] = loss(args.folder, run)
+        curves[run] = {0: start, **{s: y for s, y in ys.items() if y is not None}}
+    steps = sorted({s for c in curves.values() for s in c})
     print("| run | " + " | ".join(f"step {s}" for s in steps) + " |")
     print("|---|" + "---|" * len(steps))
-    for run, ys in curves.items():
-        print(f"| {run} | " + " | ".join("-" if y is None else f"{100 * y:.2f}" for y in ys) + " |")
-    means = []
-    for i in range(len(steps)):
-        ys = [c[i] for c in curves.values() if c[i] is not None]
-        means.append(mean_t(ys) if ys else None)
+    for run, c in curves.items():
+        print(f"| {run} | " + " | ".join(f"{100 * c[s]:.2f}" if s in c else "-" for s in steps) + " |")
+    means: list[tuple[float, float, float] | None] = []
+    for s in steps:  # over the runs that have the step, where at least half of them do
+        ys = [c[s] for c in curves.values() if s in c]
+        means.append(mean_t(ys) if 2 * len(ys) >= len(curves) else None)
     print("| mean (95 % t-interval over runs) | " + " | ".join(
         "-" if m is None else f"{100 * m[0]:.2f} ({100 * m[1]:.1f}-{100 * m[2]:.1f})" for m in means) + " |")
     ceiling = game_outcome("copy-centre", 0.0)[2]
@@ -79,22 +96,22 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for run, ys in curves.items():
-            pts = [(s, 100 * y) for s, y in zip(steps, ys, strict=True) if y is not None]
-            ax.plot(*zip(*pts, strict=True), marker="o", lw=1, alpha=0.6, label=run)
+        for run, c in curves.items():
+            ax.plot(list(c), [100 * y for y in c.values()], marker="o", ms=4, lw=1, alpha=0.6, label=run)
         pts = [(s, 100 * m[0], 100 * m[1], 100 * m[2]) for s, m in zip(steps, means, strict=True) if m is not None]
         xs, ms, los, his = zip(*pts, strict=True)
         ax.plot(xs, ms, color="black", lw=2.5, label=f"mean of {len(curves)} runs")
         ax.fill_between(xs, los, his, color="black", alpha=0.12, label="95 % t-interval over runs")
-        ax.axhline(100 * ceiling, color="tab:red", ls="--", lw=1, label=f"`copy-centre` shortcut ({100 * ceiling:.1f} %)")
+        ax.axhline(100 * ceiling, color="tab:red", ls="--", lw=1,
+                   label=f"`copy-centre` shortcut ({100 * ceiling:.1f} %)")
         ax.axhline(5, color="tab:green", ls=":", lw=1.5, label="target (5 %)")
         ax.set_xlabel("GRPO step")
         ax.set_ylabel("losses vs the optimal opponent, exact (%)")
-        top = max(40.0, min(100.0, 100 * start + 5))
+        top = max(50.0, min(100.0, 100 * start + 5))
         ax.set_ylim(0, top)
-        for run, ys in curves.items():  # points above the axis: a mark on its edge with the value
-            for s, y in zip(steps, ys, strict=True):
-                if y is not None and 100 * y > top:
+        for c in curves.values():  # points above the axis: a mark on its edge with the value
+            for s, y in c.items():
+                if 100 * y > top:
                     ax.annotate(f"{100 * y:.0f} %", (s, top), xytext=(4, -12), textcoords="offset points", fontsize=7)
                     ax.plot([s], [top], marker="^", color="grey", clip_on=False)
         ax.set_title("Exact losses against the perfect opponent (every line of play, weighted)")

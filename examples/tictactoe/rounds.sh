@@ -630,5 +630,27 @@ case "$1" in
       exact forced-$a-avg $N/$a/avg40-60
       for s in 10 20 30 40 50; do exact forced-$a-step$s $N/$a/checkpoints/step_0000$s/model; done
     done
-    python $X/exact_curve.py $R/eval/exact "${A[@]/#/forced-}" --start forced-late-sft -o $X/forced_exact.png ;;
+    E=()  # the forced-exact seeds, with their own exact periodic evals every 5 steps, when they have run
+    for s in 5 6; do [ -f $N/t10-opt-kl01-sym3-exact-seed$s/final/config.json ] && E+=($N/t10-opt-kl01-sym3-exact-seed$s); done
+    python $X/exact_curve.py $R/eval/exact "${A[@]/#/forced-}" "${E[@]}" --start forced-late-sft -o $X/forced_exact.png ;;
+  forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
+    # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
+    # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
+    # (THREADS=1). ARMS=t10-opt-kl01-sym3-exact-cos-seed5 (and -seed6): the same with the learning rate decayed to 0
+    # (lr_schedule = cosine), to see whether the late swings of the exact curve calm down
+    N=$R/forced-late
+    [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
+    for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
+      case $a in
+        t10-opt-kl01-sym3-exact-seed[0-9]) S=() ;;
+        t10-opt-kl01-sym3-exact-cos-seed[0-9]) S=(-s lr_schedule=cosine) ;;  # the learning rate decayed to 0 by step 60
+        *) echo "unknown arm $a"; exit 2 ;;
+      esac
+      timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \
+        -s env_args.restart_symmetry=true -s kl_coef=0.01 -s temperature=1.0 -s "task_schedule=[$(p 0 0.0)]" \
+        -s symmetry_images=3 -s seed=${a##*seed} -s eval_exact=true -s eval_every=5 -s save_every=5 "${S[@]}" \
+        ${THREADS:+-s num_threads=$THREADS} --resume
+      exact forced-$a $N/$a/final
+      exact forced-$a $N/$a/final random
+    done ;;
 esac
