@@ -167,3 +167,22 @@ def test_exact_curve_reads_the_walks_and_draws_the_mean(tmp_path, capsys) -> Non
     assert mean[1] == "-"  # step 5: one run of four
     assert mean[2].startswith("23.33 (") and mean[3].startswith("5.75 (")  # step 10: a, b, d; step 20: all four
     assert (tmp_path / "curve.png").stat().st_size > 10_000
+
+
+def test_exact_games_script_prints_the_table_and_fails_when_not_exact(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`examples/tictactoe/exact_games.py`: the minimax expert loses nothing and exits normally; the random player
+    does not answer a board the same way twice, so its walk diverges and the script exits 3, saying so."""
+    import sys
+
+    from tg_testutil import example_module
+
+    mod = example_module("examples/tictactoe/exact_games.py")
+    sys.argv = ["exact_games.py", "scripted:minimax"]
+    mod.main()
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| scripted:minimax"))
+    assert [c.strip() for c in row.split("|")[2:6]] == ["0.00", "100.00", "0.00", "0.00"]
+    sys.argv = ["exact_games.py", "scripted:random"]
+    with pytest.raises(SystemExit) as stop:
+        mod.main()
+    assert stop.value.code == 3 and "not exact: scripted:random" in capsys.readouterr().err

@@ -480,8 +480,9 @@ class TicTacToeEnv(StatefulToolEnv):
     async def exact_eval(self, policy: Any) -> dict[str, float]:
         """Exact W/D/L of a greedy `policy` in whole games from the empty board against this env's opponent, which
         must be the optimal one (random-move probability 0) or the random one (1): every line of play once,
-        weighted by its chance (`toolgym_tictactoe.exact`). Keys: win, draw, loss, capped (of loss: the turn cap),
-        invalid_per_game, lines (games played), diverged (lines that did not replay their parent's moves)."""
+        weighted by its chance (`toolgym_tictactoe.exact`). Keys (`ExactResult.summary`): win, draw, loss, capped and
+        errored (both part of loss), invalid_per_game, lines (games played), diverged (lines that did not replay
+        their parent's moves)."""
         from toolgym_tictactoe.exact import exact_games
 
         if self.task != "game" or self.starts != "empty" or self.position_share:
@@ -490,9 +491,7 @@ class TicTacToeEnv(StatefulToolEnv):
         if (self.min_p, self.max_p) not in ((0.0, 0.0), (1.0, 1.0)):
             raise ValueError("exact_eval needs the optimal (random-move probability 0) or the random (1) opponent, "
                              f"not {self.min_p}-{self.max_p}")
-        r = await exact_games(self, policy, opponent="random" if self.max_p == 1.0 else "optimal")
-        return {"win": r.win, "draw": r.draw, "loss": r.loss, "capped": r.capped,
-                "invalid_per_game": r.invalid_per_game, "lines": float(r.games), "diverged": float(r.diverged)}
+        return (await exact_games(self, policy, opponent="random" if self.max_p == 1.0 else "optimal")).summary()
 
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =

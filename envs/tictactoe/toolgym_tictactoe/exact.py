@@ -63,6 +63,13 @@ class ExactResult:
     def diverged(self) -> int:
         return sum(line.diverged for line in self.lines)
 
+    def summary(self) -> dict[str, float]:
+        """The totals as metric -> value (`lines`: games played; `diverged`: lines that did not replay their
+        parent's moves, 0 for a deterministic player)."""
+        return {"win": self.win, "draw": self.draw, "loss": self.loss, "capped": self.capped, "errored": self.errored,
+                "invalid_per_game": self.invalid_per_game, "lines": float(self.games),
+                "diverged": float(self.diverged)}
+
 
 def opponent_ties(moves: list[str], style: str = "uniform", opponent: str = "optimal") -> list[int]:
     """For a game from the empty board through `moves` (`["O4", "X0", ...]`, as `game_result` lists them): how many
