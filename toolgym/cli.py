@@ -3,7 +3,8 @@
 Exit codes (every command): 0 done; 2 the command could not run -- a bad option, env config, task file or task
 (`toolgym check`), a server that does not start, an unreachable model endpoint -- with a one-line reason per problem
 (`FILE:LINE: what, and how to fix`; `--debug` adds the traceback); 3 (`toolgym eval`) the run finished but too many
-rollouts errored (`--fail-on-error RATE`; by default when every rollout errored), results written; 1 an unexpected
+rollouts errored (`--fail-on-error RATE`; by default when every rollout errored), or (`--exact`) the exact walk was
+not exact (errored games, or a policy that is not deterministic), results written; 1 an unexpected
 error (a bug: the traceback is printed).
 """
 
@@ -45,7 +46,8 @@ def parse_kv(pairs: list[str] | None) -> dict[str, Any]:
 EXIT_USAGE = 2
 """Exit code of a command that could not run (bad option, config, task file or task, server or endpoint down)."""
 EXIT_ERRORS = 3
-"""Exit code of an eval that finished with too many errored rollouts (`--fail-on-error`)."""
+"""Exit code of an eval that finished with too many errored rollouts (`--fail-on-error`), or of an exact one
+(`--exact`) whose walk was not exact."""
 DEBUG_OPTION = typer.Option(False, "--debug", help="Print the full traceback of an error (also TOOLGYM_DEBUG=1)")
 
 
@@ -136,18 +138,26 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:60]
 
 
-def default_out(env: Any, env_name: str, model: str) -> Path:
-    """`runs/eval/<env>-<model>-<time>`: the env's name and the model's short name; an env's embedded default
-    model (a checkpoint shipped inside its package) is `default`."""
+def default_out(env: Any, env_name: str, model: str, kind: str = "") -> Path:
+    """`runs/eval/<env>-<model>[-<kind>]-<time>`: the env's name and the model's short name (`kind`: e.g. `exact`);
+    an env's embedded default model (a checkpoint shipped inside its package) is `default`."""
     env_part = getattr(env, "name", None) or Path(env_name).stem
     scheme, _, target = model.partition(":")
     embedded = model == getattr(env, "default_policy", None) and scheme in ("hf", "vllm") and Path(target).is_dir()
     name = "default" if embedded else model_short_name(model)
-    return Path("runs") / "eval" / f"{_safe_name(env_part)}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    tag = f"-{_safe_name(kind)}" if kind else ""
+    return Path("runs") / "eval" / f"{_safe_name(env_part)}-{name}{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+EXACT_REFUSED = ("num_examples", "rollouts", "concurrency", "resume", "success_threshold", "skip_invalid_tasks",
+                 "fail_on_error", "error_reward")
+"""The `toolgym eval` options of a sampled run (by parameter name), which `--exact` refuses when given: its walk plays
+every episode once -- no task sample, no repeats, its own concurrency, no rollout-error policy."""
 
 
 @app.command("eval")
 def eval_cmd(
+    ctx: typer.Context,
     env_name: str = typer.Argument(..., help="Environment name (see `toolgym envs`) or path to an env config .toml"),
     num_examples: int = typer.Option(20, "-n", "--num-examples",
                                      help="Examples (tasks) to evaluate; 0: the env's whole task set (e.g. every "
@@ -166,7 +176,8 @@ def eval_cmd(
     seed: int = typer.Option(0, "--seed", help="Dataset seed (and sampling seed where supported)"),
     env_arg: list[str] = typer.Option(None, "-a", "--env-arg", help="Env argument key=value (repeatable)"),
     model_arg: list[str] = typer.Option(None, "--model-arg", help="Extra policy option key=value (repeatable)"),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Results folder (default runs/eval/ENV-MODEL-TIME)"),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Results folder (default runs/eval/ENV-MODEL-TIME; "
+                                                                  "with --exact ENV-MODEL-exact-TIME)"),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, keeping finished rollouts"),
     success_threshold: float = typer.Option(1.0, help="A rollout passes (for pass@k) when reward >= this"),
     skip_invalid_tasks: bool = typer.Option(False, "--skip-invalid-tasks",
@@ -178,11 +189,20 @@ def eval_cmd(
     error_reward: float | None = typer.Option(None, "--error-reward",
                                               help="The reward an errored rollout counts with in the statistics "
                                                    "(default: the env's floor, 0)"),
+    exact: bool = typer.Option(False, "--exact",
+                               help="Instead of sampling episodes, the env's exact evaluation of the policy played "
+                                    "greedily (temperature 0): every episode it can meet, weighted by its chance "
+                                    "(envs that implement exact_eval, e.g. tictactoe). Refuses a nonzero "
+                                    "temperature and the options of a sampled run (-n, -r, -c, --resume, "
+                                    "--success-threshold, --skip-invalid-tasks, --fail-on-error, --error-reward); "
+                                    "writes run.json and exact.json to --out; exit 3 when the walk was not exact"),
     debug: bool = DEBUG_OPTION,
 ) -> None:
     """Evaluate a policy on an environment: progress bar, summary table, results folder. The tasks are checked
-    against the servers' tool schemas first (`toolgym check`). Exit codes: 0 done, 2 could not start, 3 too many
-    errored rollouts (`--fail-on-error`)."""
+    against the servers' tool schemas first (`toolgym check`). With --exact: the env's exact evaluation of the
+    greedy policy instead, as a table of its metrics. Exit codes: 0 done, 2 could not start, 3 too many errored
+    rollouts (`--fail-on-error`) or, with --exact, a walk that was not exact (errored games, or a policy that is not
+    deterministic)."""
     from toolgym.check import InvalidTasksError, checked_tasks
     from toolgym.eval import RESUME_KEYS, check_run_folder, evaluate, report_names
     from toolgym.mcp_bridge import ServerStartError, server_logs
@@ -190,6 +210,11 @@ def eval_cmd(
 
     if debug:
         os.environ["TOOLGYM_DEBUG"] = "1"
+    if exact:
+        eval_exact(ctx, env_name, model, env_arg, out, {
+            "base_url": base_url, "api_key": api_key, "temperature": temperature, "top_p": top_p,
+            "max_tokens": max_tokens, "seed": seed, **parse_kv(model_arg)})
+        return
     if num_examples < 0 or rollouts < 1 or concurrency < 1:
         _fail("-n must be >= 0 (0: the whole task set), -r and -c >= 1")
     env_args, env = env_from_cli(env_name, env_arg)
@@ -280,6 +305,81 @@ def eval_cmd(
     too_many = error_verdict(summary, fail_on_error)
     if too_many:
         _fail(f"{too_many}; results in {out} (servers' logs: {out}/servers/)", EXIT_ERRORS)
+
+
+def eval_exact(ctx: typer.Context, env_name: str, model: str | None, env_arg: list[str] | None, out: Path | None,
+               flags: dict[str, Any]) -> None:
+    """`toolgym eval --exact`: the env's exact evaluation (`toolgym.eval.evaluate_exact`) of the policy played
+    greedily, printed as a table and written to `out` (run.json, exact.json, servers/). Exits 2 for an env without
+    the hook, a refused option, a nonzero temperature or a run that cannot start, 3 when the walk was not exact."""
+    from toolgym.eval import evaluate_exact, has_exact_eval
+    from toolgym.mcp_bridge import ServerStartError, server_logs
+    from toolgym.policies import PolicyUnavailable, load_policy
+
+    params = {p.name: p for p in ctx.command.params}
+    sources = {name: ctx.get_parameter_source(name) for name in EXACT_REFUSED}  # typer's vendored click: by name
+    given = ["/".join(params[name].opts) for name, src in sources.items()
+             if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
+    if given:
+        _fail(f"--exact plays every episode a greedy policy can meet, once each: {', '.join(given)} "
+              f"{'does' if len(given) == 1 else 'do'} not apply to it; leave {'it' if len(given) == 1 else 'them'} out")
+    temp = flags.get("temperature")  # --temperature or --model-arg temperature=
+    if temp is not None and not (isinstance(temp, int | float) and temp == 0):
+        _fail(f"--exact runs the policy greedily (temperature 0): the exact walk is defined only for a deterministic "
+              f"policy; drop the temperature {temp} (--temperature / --model-arg temperature=)")
+    env_args, env = env_from_cli(env_name, env_arg)
+    if not has_exact_eval(env):
+        _fail(f"the env {env_name!r} has no exact evaluation (it does not implement exact_eval); evaluate it "
+              "without --exact")
+    default = model is None
+    model, options = policy_choice(env, model, {**flags, "temperature": 0.0})
+    if out is None:
+        out = default_out(env, env_name, model, "exact")
+    if (out / "run.json").exists():
+        _fail(f"{out} holds a run already ({out}/run.json): choose another --out")
+    info = {"env": env_name, "env_args": env_args, "model": model, "seed": options.get("seed"),
+            "sampling": {k: v for k, v in options.items() if k != "api_key"}}
+    try:
+        policy = load_policy(model, env, **options)
+    except (ValueError, ImportError, OSError) as exc:
+        _fail(str(exc))
+    console.print(f"[bold]toolgym eval --exact[/] {env_name}  policy={model}{' (the env default)' if default else ''}"
+                  f"  -> {out}", soft_wrap=True)
+    console.print(f"sampling: {sampling_text(model, options)}", soft_wrap=True)
+
+    async def go() -> Any:
+        try:
+            await policy.preflight()
+            with console.status("exact evaluation: playing every episode the policy can meet"):
+                return await evaluate_exact(env, policy, out, info)
+        finally:
+            await env.aclose()
+            await policy.aclose()
+
+    from toolgym.journal import run_interruptible, sigterm_as_sigint
+
+    sigterm_as_sigint()
+    try:
+        with server_logs(out / "servers"):
+            summary = run_interruptible(go(), "the exact evaluation")
+    except ServerStartError as exc:
+        _fail(server_error(env, exc))
+    except (ValueError, NotImplementedError, PolicyUnavailable) as exc:  # e.g. an env config the walk cannot take
+        _fail(f"{env_name} --exact: {exc}")
+    metrics = summary["exact"]
+    t = Table(title=f"exact evaluation ({env_name})")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in metrics.items():
+        t.add_row(k, f"{v:.6g}")
+    console.print(t)
+    if {"win", "draw", "loss"} <= set(metrics):
+        console.print(f"win/draw/loss: [bold]{100 * metrics['win']:.2f} / {100 * metrics['draw']:.2f} / "
+                      f"{100 * metrics['loss']:.2f} %[/] (exact)")
+    console.print(policy_line(summary), soft_wrap=True)
+    console.print(f"results: {out}/exact.json", soft_wrap=True)
+    if summary["not_exact"]:
+        _fail(f"not exact: {summary['not_exact']}; results in {out} (servers' logs: {out}/servers/)", EXIT_ERRORS)
 
 
 def error_verdict(summary: dict[str, Any], fail_on_error: float | None) -> str | None:

@@ -236,8 +236,10 @@ class StatefulToolEnv:
     async def exact_eval(self, policy: Any) -> dict[str, float]:
         """The exact value of `policy`'s metrics on this env, where the env can compute one instead of sampling
         episodes: every episode a deterministic (greedy) policy can meet, each weighted by its chance, as metric ->
-        value (GRPO's `eval_exact` logs them as `eval/exact/...`). Only an env whose episodes can be enumerated can;
-        the default says so. The env is started by the caller."""
+        value (GRPO's `eval_exact` logs them as `eval/exact/...`; `toolgym eval --exact` prints them). Report
+        `errored` (the probability of episodes that errored) and `diverged` (episodes that did not replay what they
+        were asked to) where a walk can go wrong: above 0, `toolgym eval --exact` exits 3. Only an env whose
+        episodes can be enumerated can; the default says so. The env is started by the caller."""
         raise NotImplementedError(f"{type(self).__name__} has no exact evaluation; override exact_eval to use "
                                   "GRPO's eval_exact")
 

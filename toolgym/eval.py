@@ -6,6 +6,10 @@ rollout, an errored one as a failure (`toolgym.stats`). `resume=True` keeps ever
 `results.jsonl` (errored ones are run again) and runs only the rest. Before it does, the file is rewritten atomically
 to hold only the records it keeps -- a torn last line from a killed run and the error records the re-runs supersede
 are removed -- so it stays valid JSONL with exactly one record per (example, rollout) after the run.
+
+`evaluate_exact` runs an env's exact evaluation instead (`StatefulToolEnv.exact_eval`: every episode a greedy
+policy can meet, weighted by its chance; `toolgym eval --exact`): its folder holds `run.json`, `exact.json` and
+`servers/`.
 """
 
 from __future__ import annotations
@@ -133,6 +137,48 @@ def check_run_folder(out_dir: Path, info: dict[str, Any], resume: bool, keys: tu
                         and key[1] < int(info["rollouts_per_example"]):
                     done.add(key)
     return len(done), total
+
+
+def has_exact_eval(env: StatefulToolEnv) -> bool:
+    """Whether the env implements `StatefulToolEnv.exact_eval` (the base raises NotImplementedError)."""
+    return type(env).exact_eval is not StatefulToolEnv.exact_eval
+
+
+def inexact_reason(metrics: dict[str, float]) -> str | None:
+    """Why an exact evaluation's `metrics` are not what the policy scores (None: they are): games that errored
+    (`errored` > 0: their probability is counted as lost) or lines that did not replay their parent's moves
+    (`diverged` > 0: the policy is not deterministic). Keys an env does not report count as 0."""
+    why = []
+    if metrics.get("errored", 0.0) > 0:
+        why.append(f"errored games hold {100 * metrics['errored']:.2f} % of the probability (counted as lost)")
+    if metrics.get("diverged", 0.0) > 0:
+        why.append(f"{int(metrics['diverged'])} line(s) did not replay their parent's moves (the policy is not "
+                   "deterministic: greedy decoding whose answer depends on the batch, or a sampling player)")
+    return "; ".join(why) or None
+
+
+async def evaluate_exact(env: StatefulToolEnv, policy: Policy, out_dir: Path | None = None,
+                         run_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The env's exact evaluation of `policy` (`env.exact_eval`, the env started here; closing it and the policy is
+    the caller's), as a summary: `exact` (metric -> value), `not_exact` (`inexact_reason`, or None), `policy`,
+    `answer_key`, `sampling` and the policy's `stats`. With `out_dir`, once the walk is done: `run.json` (`run_info`
+    with `exact: true`) and `exact.json` (the summary) there. Raises NotImplementedError for an env without the hook."""
+    if not has_exact_eval(env):
+        raise NotImplementedError(f"{type(env).__name__} has no exact evaluation")
+    await env.start()
+    metrics = {k: float(v) for k, v in (await env.exact_eval(policy)).items()}
+    summary: dict[str, Any] = {"exact": metrics, "not_exact": inexact_reason(metrics),
+                               "policy": (run_info or {}).get("model") or policy.name,
+                               "answer_key": bool(getattr(policy, "answer_key", False))}
+    if run_info and "sampling" in run_info:
+        summary["sampling"] = {k: v for k, v in run_info["sampling"].items() if k in SAMPLING_OPTIONS}
+    if hasattr(policy, "stats"):
+        summary["policy_stats"] = dict(policy.stats)
+    if out_dir is not None:  # once the walk is done: a run that failed leaves no record of itself
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "run.json").write_text(json.dumps(dict(run_info or {}, exact=True), indent=2, default=str))
+        (out_dir / "exact.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
 
 
 def report_names(env: StatefulToolEnv) -> list[str]:
