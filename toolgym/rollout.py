@@ -121,15 +121,29 @@ async def iter_rollouts(
         raise ValueError("concurrency must be >= 1")
     queue: asyncio.Queue[tuple[int, Trajectory | Exception]] = asyncio.Queue()
     sem = asyncio.Semaphore(concurrency)
+    # The policy is told how many rollouts are in flight or about to be (a lock-step policy waits for each of them):
+    # min(concurrency, jobs not yet ended). An ending rollout hands its count to the job that takes its place.
+    announced = min(concurrency, len(jobs))
+    ended = 0
+
+    def end_one() -> None:
+        nonlocal announced, ended
+        ended += 1
+        keep = min(concurrency, len(jobs) - ended)
+        policy.expect_rollouts(keep - announced)
+        announced = keep
 
     async def one(i: int, ex: int, r: int, task: dict[str, Any]) -> None:
         async with sem:
             try:
                 sampling = None if seed is None else rollout_seed(seed, ex, r)
-                await queue.put((i, await run_rollout(env, policy, task, ex, r, sampling_seed=sampling)))
+                item: Trajectory | Exception = await run_rollout(env, policy, task, ex, r, sampling_seed=sampling)
             except Exception as exc:  # noqa: BLE001 - PolicyUnavailable (or an engine bug): stop the run with it
-                await queue.put((i, exc))
+                item = exc
+            end_one()
+            await queue.put((i, item))
 
+    policy.expect_rollouts(announced)
     tasks = [asyncio.create_task(one(i, ex, r, t)) for i, (ex, r, t) in enumerate(jobs)]
     try:
         for _ in range(len(tasks)):
@@ -141,3 +155,6 @@ async def iter_rollouts(
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if announced:  # rollouts cancelled before they ended
+            policy.expect_rollouts(-announced)
+            announced = 0

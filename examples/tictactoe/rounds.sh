@@ -637,13 +637,16 @@ case "$1" in
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
     # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
     # (THREADS=1). ARMS=t10-opt-kl01-sym3-exact-cos-seed5 (and -seed6): the same with the learning rate decayed to 0
-    # (lr_schedule = cosine), to see whether the late swings of the exact curve calm down
+    # (lr_schedule = cosine), to see whether the late swings of the exact curve calm down. ARMS=t10-opt-kl01-sym3-det-seed7:
+    # the recipe with deterministic = true (lock-step batching, games seeded by job): run it in two fresh clones and
+    # compare the two run folders with same_run.py (docs: "where it stands", reproducible)
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
       case $a in
         t10-opt-kl01-sym3-exact-seed[0-9]) S=() ;;
         t10-opt-kl01-sym3-exact-cos-seed[0-9]) S=(-s lr_schedule=cosine) ;;  # the learning rate decayed to 0 by step 60
+        t10-opt-kl01-sym3-det-seed[0-9]) S=(-s deterministic=true) ;;  # bit-reproducible: the same run in any clone
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \

@@ -117,3 +117,9 @@ def test_recipe_configs_validate() -> None:
 
     turn = imperfect_player(None, mistake_prob=1.0, seed=0, think="track").fn([{"role": "user", "content": " X | 1 | 2\n 3 | O | 5\n 6 | 7 | 8"}], {})
     assert reader.reasoning_end in turn.reasoning and turn.reasoning.endswith(f"I play {turn.tool_calls[0].arguments['position']}.")
+
+
+def test_deterministic_needs_the_hf_engine() -> None:
+    assert load_config(GRPOConfig, None, {**BASE, "deterministic": True}).deterministic
+    with pytest.raises(ConfigError, match="deterministic needs engine"):
+        load_config(GRPOConfig, None, {**BASE, "deterministic": True, "engine": "vllm"})

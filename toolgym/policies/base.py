@@ -85,6 +85,11 @@ class Policy(abc.ABC):
         result can be reproduced. Default: `open` (a policy that does not sample has nothing to seed)."""
         return self.open(tools, task)
 
+    def expect_rollouts(self, n: int) -> None:
+        """`n` more rollouts will ask this policy for turns (negative: that many have ended). A run announces its
+        rollouts before they open sessions (`toolgym.rollout.iter_rollouts`), so a policy that batches in lock-step
+        knows whom to wait for. Default: nothing to do."""
+
     async def preflight(self) -> None:
         """Check, before a run, that the policy can answer at all; raise `PolicyUnavailable` if not (default:
         nothing to check)."""

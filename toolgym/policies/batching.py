@@ -68,15 +68,25 @@ class BatchQueue:
     fewer requests than that are queued, it keeps gathering until each live session has asked or `gather_s` has
     passed since the first request. Multi-turn rollouts come back from their tool calls a few milliseconds apart;
     without the wait each batch would hold whoever happened to be back (measured on tic-tac-toe games: 3.3 rows per
-    batch instead of 6.8), and the others would wait for that whole batch before the next one starts."""
+    batch instead of 6.8), and the others would wait for that whole batch before the next one starts.
+
+    `lockstep=True` makes what runs together a function of the requests alone, not of when they arrive: a batch
+    starts only once every live session has asked (no time bound), and it holds the first `max_batch` of them in
+    `request_key` order (the rest wait, in order, for the next). The backend then computes each row in the same
+    company, so the same requests give the same numbers to the last bit -- what a seeded, bit-reproducible run
+    needs. `live()` must then count every session that will still ask or end (`ModelPolicy.expect_rollouts`)."""
 
     def __init__(self, run_batch: Any, max_batch: int = 64, max_wait_s: float = 0.005,
-                 live: Any = None, gather_s: float = 0.0):
+                 live: Any = None, gather_s: float = 0.0, lockstep: bool = False):
         self.run_batch = run_batch
         self.max_batch = max(1, int(max_batch))
         self.max_wait_s = max_wait_s
         self.live = live
         self.gather_s = max(0.0, float(gather_s))
+        self.lockstep = bool(lockstep)
+        if self.lockstep and live is None:
+            raise ValueError("lockstep batching needs live(): the number of sessions that will still ask or end")
+        self._held: list[tuple[GenRequest, asyncio.Future]] = []  # lock-step: gathered, sorted, not yet run
         self.batch_sizes: list[int] = []
         self.batch_times: list[float] = []
         self.generated_tokens = 0
@@ -89,6 +99,7 @@ class BatchQueue:
         if self._loop is not loop or self._worker is None or self._worker.done():
             self._loop = loop
             self._queue = asyncio.Queue()
+            self._held = []
             self._worker = loop.create_task(self._work(self._queue))
         assert self._queue is not None
         return self._queue
@@ -100,6 +111,8 @@ class BatchQueue:
 
     async def _gather(self, q: asyncio.Queue) -> list[tuple[GenRequest, asyncio.Future]]:
         """Wait for a first request, then for company (see the class docstring); the batch, cancelled ones dropped."""
+        if self.lockstep:
+            return await self._gather_lockstep(q)
         batch = [await q.get()]
         t_first = time.perf_counter()
         if self.max_wait_s > 0:
@@ -114,6 +127,21 @@ class BatchQueue:
         while not q.empty() and len(batch) < self.max_batch:
             batch.append(q.get_nowait())
         return [(r, f) for r, f in batch if not f.cancelled()]
+
+    async def _gather_lockstep(self, q: asyncio.Queue) -> list[tuple[GenRequest, asyncio.Future]]:
+        """Lock-step: once every live session has asked (those held from the last round included), the first
+        `max_batch` requests in `request_key` order."""
+        while True:
+            if not self._held:
+                self._held.append(await q.get())
+            while len(self._held) + q.qsize() < int(self.live()):
+                await asyncio.sleep(0.0005)
+            while not q.empty():
+                self._held.append(q.get_nowait())
+            self._held = sorted((x for x in self._held if not x[1].cancelled()), key=lambda x: request_key(x[0]))
+            batch, self._held = self._held[:self.max_batch], self._held[self.max_batch:]
+            if batch:
+                return batch
 
     async def _work(self, q: asyncio.Queue) -> None:
         while True:
@@ -164,6 +192,13 @@ class BatchQueue:
         self._worker = None
 
 
+def request_key(req: GenRequest) -> tuple[int, int, tuple[int, ...]]:
+    """The order lock-step batching puts requests in: by sampling seed, then prompt (identical requests of
+    unseeded greedy rollouts compute the same, so their order cannot change a result)."""
+    seed = req.params.seed
+    return (0 if seed is None else 1, seed or 0, tuple(req.prompt_ids))
+
+
 class ContinuousUnsupported(RuntimeError):
     """The backend cannot add rows to a running batch (e.g. a sliding-window or convolution KV cache)."""
 
@@ -177,8 +212,9 @@ class ContinuousQueue(BatchQueue):
     `{"steps": decode steps, "rows": rows summed over them}`. A finished row's rollout resumes at once (its tool
     call runs while the others decode) and its next turn joins the batch at the next token boundary, instead of
     waiting for the longest row of a static batch: on multi-turn games the static batch spends most decode steps
-    on a few long rows. When nothing is running the first batch is gathered as `BatchQueue` does. A backend that
-    raises `ContinuousUnsupported` (before touching its state) falls back to static batches for good."""
+    on a few long rows. When nothing is running the first batch is gathered as `BatchQueue` does. With `lockstep`
+    no row joins a running batch: the next is gathered (lock-step, see `BatchQueue`) once the last row has ended.
+    A backend that raises `ContinuousUnsupported` (before touching its state) falls back to static batches for good."""
 
     def __init__(self, stepper: Any, run_batch: Any, **kwargs: Any):
         super().__init__(run_batch, **kwargs)
@@ -193,7 +229,7 @@ class ContinuousQueue(BatchQueue):
         cap = self.max_batch
 
         def should_yield() -> bool:  # read from the worker thread: asyncio.Queue.qsize is a len()
-            return q.qsize() > 0 and self.stepper.running() < cap
+            return not self.lockstep and q.qsize() > 0 and self.stepper.running() < cap
 
         while True:
             if not self.continuous:
@@ -201,7 +237,9 @@ class ContinuousQueue(BatchQueue):
                 if batch:
                     await self._run_static(batch)
                 continue
-            if running:
+            if running and self.lockstep:  # rows join only when the batch has run out (see `BatchQueue`)
+                batch = []
+            elif running:
                 batch = []
                 while not q.empty() and len(running) + len(batch) < cap:
                     batch.append(q.get_nowait())

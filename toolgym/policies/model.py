@@ -44,6 +44,10 @@ class ModelPolicy(Policy):
         strict_calls: Decode each tool call under its tool's JSON schema (`toolgym.policies.strict`; `hf:` only,
             `hermes` format): calls always parse, name a tool of the session and hold its required arguments.
         batching: "static" (one batch at a time) or "continuous" (rows join and leave a running batch).
+        lockstep: Batch in lock-step (`toolgym.policies.batching.BatchQueue`): a batch starts once every rollout in
+            flight has asked, and rows join none already running, so which rows compute together -- and so every
+            logit to the last bit -- depends on the rollouts alone, not on timing. Seeded runs then repeat exactly
+            on the same machine and thread count; a turn waits for the slowest rollout's tool call.
     """
 
     name = "model"
@@ -66,6 +70,7 @@ class ModelPolicy(Policy):
         allowed_outputs: Any = None,
         strict_calls: bool = False,
         batching: str = "static",
+        lockstep: bool = False,
     ) -> None:
         self.renderer = renderer
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
@@ -82,14 +87,22 @@ class ModelPolicy(Policy):
 
             self.strict = StrictCalls(renderer.tok, self.tool_format, renderer.stop_ids[0])
         self.live_sessions = 0  # sessions opened and not yet closed (rollouts in flight)
+        self.expected = 0  # rollouts announced (`expect_rollouts`) and not yet ended
         if batching not in ("static", "continuous"):
             raise ValueError(f"batching must be 'static' or 'continuous', not {batching!r}")
         stepper = self.continuous_stepper() if batching == "continuous" else None
-        qargs = {"max_batch": max_batch, "max_wait_s": batch_wait_s, "live": lambda: self.live_sessions,
-                 "gather_s": batch_gather_s}
+        qargs = {"max_batch": max_batch, "max_wait_s": batch_wait_s, "live": self._live, "gather_s": batch_gather_s,
+                 "lockstep": lockstep}
         self.queue: BatchQueue = (ContinuousQueue(stepper, self.generate_batch, **qargs) if stepper is not None
                                   else BatchQueue(self.generate_batch, **qargs))
         self._sessions = itertools.count()
+
+    def _live(self) -> int:
+        """Rollouts that will still ask or end: those announced, or (more) sessions opened without announcing."""
+        return max(self.expected, self.live_sessions)
+
+    def expect_rollouts(self, n: int) -> None:
+        self.expected = max(0, self.expected + int(n))
 
     # -- trainer hooks -------------------------------------------------------------------------------------------
     def weights_changed(self) -> None:

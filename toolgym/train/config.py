@@ -111,6 +111,11 @@ class GRPOConfig(ModelTrainConfig):
         "toolgym.policies.vllm_engine.VLLMPolicy (gpu_memory_utilization, max_model_len, enable_sleep_mode...); "
         "vllm-server -> toolgym.policies.vllm_server.VLLMServerPolicy (base_url, served_model_name, api_key) plus "
         "sync_dir (default OUTPUT/weights_sync).")
+    deterministic: bool = Field(False, description="hf engine: batch generation in lock-step (a batch starts once "
+        "every game in flight has asked; rows never join a running batch) and seed each rollout by (seed, step, "
+        "task, rollout), so a run's games and weights repeat to the last bit when it is run again on the same "
+        "machine with the same num_threads. Without it a row's log-probabilities depend on which rows happened "
+        "to decode beside it, and re-runs drift apart after some tens of steps.")
     sync_weights: bool = Field(True, description="vllm engine: push the trainer's weights after each step (False "
         "only to measure the drift of a stale sampler).")
     task_schedule: list[TaskPhase] = Field(default_factory=list, description="A curriculum: phases, each "
@@ -160,6 +165,9 @@ class GRPOConfig(ModelTrainConfig):
             raise ValueError(f"task_schedule: from_step must start at 0 and increase (got {starts})")
         if self.eval_exact and not self.eval_every:
             raise ValueError("eval_exact makes the periodic eval exact: set eval_every too")
+        if self.deterministic and self.engine != "hf":
+            raise ValueError(f"deterministic needs engine = \"hf\" (a vLLM sampler batches on its own), not "
+                             f"{self.engine!r}")
         if self.engine_args:  # checked by name like --model-arg: a misspelled one fails here, not silently
             from toolgym.policies.base import check_policy_options
 

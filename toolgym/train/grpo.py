@@ -265,7 +265,7 @@ class GRPOTrainer:
             self.sync_sampler()  # the server may hold other weights (an earlier run): start from ours
         else:
             self.policy = HFPolicy(model=self.model, tokenizer=self.tok, num_threads=cfg.num_threads or "auto",
-                                   **sampling)
+                                   lockstep=cfg.deterministic, **sampling)
         self.opt, self.sched = make_optimizer(cfg, self.model, cfg.max_steps * cfg.updates_per_batch)
         self.step = 0
         self._eval_noted = False  # the periodic eval's repeated tasks are named once per run
@@ -364,7 +364,9 @@ class GRPOTrainer:
         self.policy.seed = cfg.seed * 1_000_003 + step  # sampling is a function of (seed, step, job): resumable
         self.policy.reset_sessions()
         self.model.eval()
-        trajs = await run_rollouts(self.env, self.policy, jobs, cfg.concurrency)
+        # deterministic: each rollout seeded by its job, whichever order the sessions open in
+        trajs = await run_rollouts(self.env, self.policy, jobs, cfg.concurrency,
+                                   seed=self.policy.seed if cfg.deterministic else None)
         if cfg.restart_share:
             self.restart_from = trajs
         return trajs
@@ -666,7 +668,7 @@ class GRPOTrainer:
         from toolgym.policies.hf import HFPolicy
 
         return HFPolicy(model=self.model, tokenizer=self.tok, temperature=0.0, max_tokens=self.cfg.max_tokens,
-                        max_batch=self.cfg.concurrency, **kwargs)
+                        max_batch=self.cfg.concurrency, lockstep=self.cfg.deterministic, **kwargs)
 
     async def _greedy_eval(self) -> dict[str, float]:
         from toolgym.registry import load_env
