@@ -2,11 +2,13 @@
 of the committed model (0.9M, fp32, 1 thread) through the real MCP server, seeded, temperature 1 (or, with
 `--temperature 0`, greedy as `toolgym eval` and `toolgym serve` play).
 
-For each concurrency, the same games are played four times in one process: `batching="static"` (the baseline: each
+For each concurrency, the same games are played five times in one process: `batching="static"` (the baseline: each
 batch runs until its longest row ends), `batching="continuous"` with `parked_kv_mb=0` (rows join and leave the
 running batch; every turn prefills its whole prompt), `batching="continuous"` with `draft_tokens=0` (a game's next
 turn extends its parked KV; one token per row per decode step) and `batching="continuous"` (the default: also
-speculative steps, `toolgym.policies.ngram_draft`). The bench checks that the four produce the same token traces
+speculative steps, `toolgym.policies.ngram_draft`), and the default again with `lockstep=True` (what GRPO's
+`deterministic = true` uses: a batch starts once every game in flight has asked, and no row joins a running batch --
+the price of bit-reproducible runs). The bench checks that the five produce the same token traces
 before it prints timings (seeded sampling draws the same tokens whatever the batch, and a speculative step keeps
 only drafted tokens equal to what the row draws), then prints wall time, engine time, decode steps, rows per decode
 step, prefill time, reused prompt tokens and drafted tokens kept, with the speed-up against static. Writes JSON to
@@ -26,7 +28,8 @@ from typing import Any
 
 MODES = [("static", {"batching": "static"}), ("continuous, no parked KV", {"batching": "continuous", "parked_kv_mb": 0}),
          ("continuous, no drafts", {"batching": "continuous", "draft_tokens": 0}),
-         ("continuous", {"batching": "continuous"})]
+         ("continuous", {"batching": "continuous"}),
+         ("continuous, lock-step", {"batching": "continuous", "lockstep": True})]
 
 
 async def play(options: dict[str, Any], games: int, concurrency: int, max_tokens: int, temperature: float

@@ -1,4 +1,4 @@
-"""`benchmarks/bench_batching.py` end to end on a few games: the four batching modes play the same seeded games
+"""`benchmarks/bench_batching.py` end to end on a few games: the five batching modes play the same seeded games
 through the real tic-tac-toe MCP server (the bench refuses to print timings otherwise) and the JSON records each
 mode's engine counters. It times nothing itself (timings belong to the benchmark)."""
 
@@ -23,13 +23,17 @@ def test_bench_batching_runs_and_checks_the_traces(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "same traces in every mode" in proc.stdout
     rows = {r["mode"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"static", "continuous, no parked KV", "continuous, no drafts", "continuous"}
+    assert set(rows) == {"static", "continuous, no parked KV", "continuous, no drafts", "continuous",
+                         "continuous, lock-step"}
     assert all(r["errors"] == 0 and r["generated_tokens"] > 0 for r in rows.values())
     assert len({r["generated_tokens"] for r in rows.values()}) == 1  # the same games, token for token
     assert rows["continuous, no parked KV"]["reused_tokens"] == 0 < rows["continuous"]["reused_tokens"]
     # sampled rows draft too, and a kept draft token is a decode step saved
     assert rows["continuous, no drafts"]["drafted_tokens"] == 0 < rows["continuous"]["accepted_tokens"]
     assert rows["continuous"]["decode_steps"] < rows["continuous, no drafts"]["decode_steps"]
+    # lock-step: every batch holds every game still in flight, so no more admissions than the games' turns
+    lock = rows["continuous, lock-step"]
+    assert lock["max_batch_size"] == 4 and lock["batches"] <= rows["continuous"]["batches"]
 
 
 @pytest.mark.slow
@@ -42,7 +46,8 @@ def test_bench_batching_greedy_games_have_the_same_traces_in_every_mode(tmp_path
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "same traces in every mode" in proc.stdout
     rows = {r["mode"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"static", "continuous, no parked KV", "continuous, no drafts", "continuous"}
+    assert set(rows) == {"static", "continuous, no parked KV", "continuous, no drafts", "continuous",
+                         "continuous, lock-step"}
     assert len({r["generated_tokens"] for r in rows.values()}) == 1
     assert rows["continuous, no drafts"]["drafted_tokens"] == 0
     assert 0 < rows["continuous"]["accepted_tokens"] <= rows["continuous"]["drafted_tokens"]

@@ -631,7 +631,9 @@ case "$1" in
       for s in 10 20 30 40 50; do exact forced-$a-step$s $N/$a/checkpoints/step_0000$s/model; done
     done
     E=()  # the forced-exact seeds, with their own exact periodic evals every 5 steps, when they have run
-    for s in 5 6; do [ -f $N/t10-opt-kl01-sym3-exact-seed$s/final/config.json ] && E+=($N/t10-opt-kl01-sym3-exact-seed$s); done
+    for a in $N/t10-opt-kl01-sym3-exact-seed5 $N/t10-opt-kl01-sym3-exact-seed6 $N/t10-opt-kl01-sym3-det-seed*; do
+      [ -f $a/final/config.json ] && E+=($a)
+    done
     python $X/exact_curve.py $R/eval/exact "${A[@]/#/forced-}" "${E[@]}" --start forced-late-sft -o $X/forced_exact.png ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
@@ -646,7 +648,7 @@ case "$1" in
       case $a in
         t10-opt-kl01-sym3-exact-seed[0-9]) S=() ;;
         t10-opt-kl01-sym3-exact-cos-seed[0-9]) S=(-s lr_schedule=cosine) ;;  # the learning rate decayed to 0 by step 60
-        t10-opt-kl01-sym3-det-seed[0-9]) S=(-s deterministic=true) ;;  # bit-reproducible: the same run in any clone
+        t10-opt-kl01-sym3-det-seed[0-9]*) S=(-s deterministic=true) ;;  # bit-reproducible: the same run in any clone
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \
