@@ -333,6 +333,8 @@ def eval_exact(ctx: typer.Context, env_name: str, model: str | None, env_arg: li
               "without --exact")
     default = model is None
     model, options = policy_choice(env, model, {**flags, "temperature": 0.0})
+    if model.startswith("hf:"):  # every greedy answer computed in the same company whatever the timing: a re-run
+        options.setdefault("lockstep", True)  # gives the same walk to the last bit (`ModelPolicy` lockstep)
     if out is None:
         out = default_out(env, env_name, model, "exact")
     if (out / "run.json").exists():

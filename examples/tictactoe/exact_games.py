@@ -51,6 +51,8 @@ async def run(uri: str, env_args: dict[str, Any], max_tokens: int, concurrency: 
     options: dict[str, Any] = {}
     if uri.startswith(("hf:", "vllm:", "openai:")):
         options = {"temperature": 0.0, "max_tokens": max_tokens}
+    if uri.startswith("hf:"):  # lock-step batching: the same walk to the last bit whatever the timing
+        options["lockstep"] = True
     policy = load_policy(uri, env, **options)
     with Progress(SpinnerColumn(), TextColumn(f"{uri}: lines played"), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, console=Console(stderr=True)) as bar:
