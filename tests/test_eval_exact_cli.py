@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolgym_tictactoe import TicTacToeEnv, board_from_messages
+from tg_testutil import board_player
+from toolgym_tictactoe import TicTacToeEnv
 from toolgym_tictactoe.shortcuts import exact_outcome, game_outcome, move_distribution
 from toolgym_tictactoe.text import explain_best_move
 from typer.testing import CliRunner
 
-from toolgym import AssistantTurn, ScriptedPolicy
 from toolgym.cli import app
 from toolgym.eval import inexact_reason
-from toolgym.policies.scripted import call
 
 runner = CliRunner()
 RANDOM_OPPONENT = ("-a", "min_random_move_prob=1", "-a", "max_random_move_prob=1")
@@ -31,15 +30,7 @@ def _eval(env: str, *args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
-def _player(choose: Any, name: str) -> ScriptedPolicy:
-    """A deterministic X player: `choose(board) -> cell` on the board the last message shows."""
-
-    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
-        board = board_from_messages(messages)
-        assert board is not None
-        return AssistantTurn(content="", reasoning="", tool_calls=[call("make_move", position=choose(board))])
-
-    return ScriptedPolicy(act, name)
+_player = board_player
 
 
 @pytest.fixture

@@ -11,24 +11,15 @@ from typing import Any
 import pytest
 from mcp_server_tictactoe import build_server
 from mcp_server_tictactoe import game as g
-from toolgym_tictactoe import TicTacToeEnv, board_from_messages
+from tg_testutil import board_player
+from toolgym_tictactoe import TicTacToeEnv
 from toolgym_tictactoe.exact import exact_games, opponent_ties
 from toolgym_tictactoe.shortcuts import game_outcome, move_distribution
 
-from toolgym import AssistantTurn, ScriptedPolicy
+from toolgym import ScriptedPolicy
 from toolgym.mcp_bridge import MCPSession, ServerSpec
-from toolgym.policies.scripted import call
 
-
-def _player(choose: Any, name: str) -> ScriptedPolicy:
-    """A deterministic X player: `choose(board) -> cell` on the board the last message shows."""
-
-    def act(messages: list[dict[str, Any]], memory: dict[str, Any]) -> AssistantTurn:
-        board = board_from_messages(messages)
-        assert board is not None
-        return AssistantTurn(content="", reasoning="", tool_calls=[call("make_move", position=choose(board))])
-
-    return ScriptedPolicy(act, name)
+_player = board_player
 
 
 def _shortcut(name: str) -> ScriptedPolicy:

@@ -144,3 +144,32 @@ def run_env(policy, n: int, concurrency: int, max_turns: int | None = None):  # 
         return trajs
 
     return env, asyncio.run(go())
+
+
+def board_player(choose, name: str):  # type: ignore[no-untyped-def]
+    """A deterministic scripted tic-tac-toe X player: `choose(board) -> cell` on the board the last message shows."""
+    from toolgym_tictactoe import board_from_messages
+
+    from toolgym import AssistantTurn, ScriptedPolicy
+    from toolgym.policies.scripted import call
+
+    def act(messages, memory):  # type: ignore[no-untyped-def]
+        board = board_from_messages(messages)
+        assert board is not None
+        return AssistantTurn(content="", reasoning="", tool_calls=[call("make_move", position=choose(board))])
+
+    return ScriptedPolicy(act, name)
+
+
+def batch_recorder():  # type: ignore[no-untyped-def]
+    """(batches, run_batch): a stand-in model for the batching queues that answers each request with its first
+    prompt token and records each batch as the list of those tokens."""
+    from toolgym.policies.batching import GenOutput
+
+    batches: list[list[int]] = []
+
+    def run(reqs):  # type: ignore[no-untyped-def]
+        batches.append([r.prompt_ids[0] for r in reqs])
+        return [GenOutput([r.prompt_ids[0]], [0.0], "stop") for r in reqs]
+
+    return batches, run

@@ -30,6 +30,7 @@ from toolgym_tictactoe import positions as P
 from toolgym_tictactoe.exact import ExactResult, exact_games
 
 from toolgym import load_policy
+from toolgym.eval import inexact_reason
 from toolgym.cli import parse_kv
 
 CAP = "(turn cap or errored: no value-losing move)"
@@ -93,10 +94,10 @@ def main() -> None:
             print(f"  {cls:45s} {100 * w:6.2f} %")
     if args.json:
         args.json.write_text(json.dumps(dump))
-    inexact = [uri for uri, r in results.items() if r.errored or r.diverged]
-    if inexact:  # the rates still count those games (errored: lost), but they are not what the player scores
-        print(f"not exact: {', '.join(inexact)} (errored games, or lines that did not replay their parent's moves)",
-              file=sys.stderr)
+    # the rates still count errored games (as lost) and diverged lines, but they are not what the player scores
+    inexact = {uri: why for uri, r in results.items() if (why := inexact_reason(r.summary()))}
+    if inexact:
+        print("\n".join(f"not exact: {uri}: {why}" for uri, why in inexact.items()), file=sys.stderr)
         raise SystemExit(3)
 
 if __name__ == "__main__":

@@ -7,17 +7,12 @@ from __future__ import annotations
 
 import asyncio
 
+from tg_testutil import batch_recorder
+
 from toolgym.policies.batching import BatchQueue, GenOutput, GenRequest, SamplingParams
 
 
-def _recorder() -> tuple[list[list[int]], object]:
-    batches: list[list[int]] = []
-
-    def run(reqs: list[GenRequest]) -> list[GenOutput]:
-        batches.append([r.prompt_ids[0] for r in reqs])
-        return [GenOutput([r.prompt_ids[0]], [0.0], "stop") for r in reqs]
-
-    return batches, run
+_recorder = batch_recorder
 
 
 async def _staggered(q: BatchQueue, ids: list[int], gap_s: float) -> list[GenOutput]:

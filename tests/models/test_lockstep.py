@@ -11,21 +11,14 @@ import random
 
 import pytest
 
-from tg_testutil import ROOT
-from toolgym.policies.batching import BatchQueue, GenOutput, GenRequest, SamplingParams, request_key
+from tg_testutil import ROOT, batch_recorder
+from toolgym.policies.batching import BatchQueue, GenRequest, SamplingParams, request_key
 
 
 LATE_START = ROOT / "examples" / "tictactoe" / "late_start"
 
 
-def _recorder() -> tuple[list[list[int]], object]:
-    batches: list[list[int]] = []
-
-    def run(reqs: list[GenRequest]) -> list[GenOutput]:
-        batches.append([r.prompt_ids[0] for r in reqs])
-        return [GenOutput([r.prompt_ids[0]], [0.0], "stop") for r in reqs]
-
-    return batches, run
+_recorder = batch_recorder
 
 
 async def _sessions(q: BatchQueue, ids: list[int], turns: int, rng: random.Random, live: list[int]) -> list[list[int]]:
