@@ -641,7 +641,9 @@ case "$1" in
     # (THREADS=1). ARMS=t10-opt-kl01-sym3-exact-cos-seed5 (and -seed6): the same with the learning rate decayed to 0
     # (lr_schedule = cosine), to see whether the late swings of the exact curve calm down. ARMS=t10-opt-kl01-sym3-det-seed7:
     # the recipe with deterministic = true (lock-step batching, games seeded by job): run it in two fresh clones and
-    # compare the two run folders with same_run.py (docs: "where it stands", reproducible)
+    # compare the two run folders with same_run.py (docs: "where it stands", reproducible).
+    # ARMS=t10-opt-kl01-sym3-best-seed11 (12, 13): deterministic, and from step 20 on every exact eval that is worse than
+    # the best so far puts the best weights back (revert_to_best), so the run ends on its best (docs: "where it stands")
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -649,6 +651,9 @@ case "$1" in
         t10-opt-kl01-sym3-exact-seed[0-9]) S=() ;;
         t10-opt-kl01-sym3-exact-cos-seed[0-9]) S=(-s lr_schedule=cosine) ;;  # the learning rate decayed to 0 by step 60
         t10-opt-kl01-sym3-det-seed[0-9]*) S=(-s deterministic=true) ;;  # bit-reproducible: the same run in any clone
+        # ... and back to the best weights by the exact eval whenever an eval from step 20 on is worse (revert_to_best)
+        t10-opt-kl01-sym3-best-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20
+                                           -s revert_to_best=true) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \

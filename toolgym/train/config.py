@@ -153,6 +153,18 @@ class GRPOConfig(ModelTrainConfig):
         "`exact_eval` (every episode the greedy policy can meet, weighted by its chance; tic-tac-toe: whole games "
         "against the optimal or the random opponent), logged as eval/exact/...; eval_examples is then unused. Needs "
         "eval_every.")
+    best_metric: str | None = Field(None, description="Keep the best weights by this periodic-eval metric (as "
+        "Hugging Face's metric_for_best_model), e.g. \"eval/exact/loss\" or \"eval/metrics/loss\": each eval "
+        "that is at least as good as the best so far (a tie goes to the later step) writes OUTPUT/best/ (HF "
+        "weights + best.json: step, metric, value). Needs eval_every. Lower is better unless greater_is_better.")
+    greater_is_better: bool = Field(False, description="best_metric: higher values are better.")
+    best_from_step: int = Field(0, ge=0, description="best_metric: evals before this step neither count as best "
+        "nor trigger revert_to_best (an early phase that is worse by design, e.g. an annealed opponent).")
+    revert_to_best: bool = Field(False, description="With best_metric: when a periodic eval is worse than the best, "
+        "put the best weights and optimizer state back and train on from them (population-based training's exploit "
+        "step, with a population of one); the learning-rate schedule, the RNGs and the env's state (e.g. its restart "
+        "buffer) go on. The run then ends on its best weights if its last step is an eval step. On a sampled eval "
+        "this follows the eval's noise; on an exact one (eval_exact) it does not.")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -165,6 +177,19 @@ class GRPOConfig(ModelTrainConfig):
             raise ValueError(f"task_schedule: from_step must start at 0 and increase (got {starts})")
         if self.eval_exact and not self.eval_every:
             raise ValueError("eval_exact makes the periodic eval exact: set eval_every too")
+        if self.best_metric is not None:
+            if not self.eval_every:
+                raise ValueError("best_metric reads the periodic eval: set eval_every too")
+            prefix = "eval/exact/" if self.eval_exact else "eval/"
+            if not self.best_metric.startswith(prefix) or (not self.eval_exact and
+                                                           self.best_metric.startswith("eval/exact/")):
+                raise ValueError(f"best_metric {self.best_metric!r}: the periodic eval logs "
+                                 f"{'eval/exact/...' if self.eval_exact else 'eval/... (eval_exact is off)'}")
+            if self.ema_decay:
+                raise ValueError("best_metric with ema_decay: the eval scores the average while the optimizer "
+                                 "steps the live weights; use one or the other")
+        elif self.revert_to_best or self.best_from_step or self.greater_is_better:
+            raise ValueError("revert_to_best, best_from_step and greater_is_better act on best_metric: set it too")
         if self.deterministic and self.engine != "hf":
             raise ValueError(f"deterministic needs engine = \"hf\" (a vLLM sampler batches on its own), not "
                              f"{self.engine!r}")

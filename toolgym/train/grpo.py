@@ -54,6 +54,7 @@ from toolgym.types import TokenTrace, Trajectory
 if TYPE_CHECKING:
     import torch
 
+BEST_DIR = "best"  # best_metric's folder in the run's output_dir
 RESUME_KEYS = ("model", "env", "env_args", "num_examples", "dataset_seed", "batch_size", "rollouts_per_example",
                "loss_type", "lora", "seed")
 
@@ -276,6 +277,16 @@ class GRPOTrainer:
         self.dev = next(self.model.parameters()).device
         self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
         self.resumed_from = self.step
+        # best_metric: the best eval so far (best/best.json; a resume keeps it) and, for revert_to_best, its weights
+        # and optimizer state in memory (best/revert.pt on disk, for a resume)
+        import json
+
+        self.best: dict[str, Any] | None = None
+        self.best_state: dict[str, Any] | None = None
+        if ckpt is not None and (out / BEST_DIR / "best.json").is_file():
+            self.best = json.loads((out / BEST_DIR / "best.json").read_text())
+            if cfg.revert_to_best:
+                self.best_state = torch.load(out / BEST_DIR / "revert.pt", weights_only=False)
 
     # ------------------------------------------------------------------------------------------------ sampler
     def sync_sampler(self) -> float:
@@ -598,6 +609,8 @@ class GRPOTrainer:
                     rec["ema_gap"] = self.ema.gap(self.model)
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     rec.update(await self.periodic_eval())
+                    if cfg.best_metric is not None:
+                        rec.update(self.keep_best(rec))
                 rec["step_s"] = time.perf_counter() - t0
                 out_of_time = (cfg.max_minutes is not None and self.step < cfg.max_steps
                                and time.perf_counter() - started >= 60 * cfg.max_minutes)
@@ -628,6 +641,61 @@ class GRPOTrainer:
             with self.ema.swapped(self.model):
                 save_hf(self.model, self.tok, cfg.output_dir / "final", cfg.save_merged)
         return last
+
+    def keep_best(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """`best_metric`: compare this step's eval with the best so far. At least as good (a tie goes to the later
+        step): write OUTPUT/best/ (and keep the weights and optimizer state in memory for `revert_to_best`). Worse,
+        with `revert_to_best`: put the best's weights and optimizer state back. Returns the metrics to log: best/step,
+        best/value and, where it happened, best/reverted = 1."""
+        cfg = self.cfg
+        name = cfg.best_metric
+        assert name is not None
+        if name not in rec:
+            have = sorted(k for k in rec if k.startswith("eval/"))
+            raise ValueError(f"best_metric {name!r}: the periodic eval logged no such metric (it logged: "
+                             f"{', '.join(have)})")
+        if self.step < cfg.best_from_step:
+            return {}
+        value = float(rec[name])
+        best = self.best
+        better = best is None or (value >= best["value"] if cfg.greater_is_better else value <= best["value"])
+        out: dict[str, Any] = {}
+        if better:
+            self.best = {"step": self.step, "metric": name, "value": value}
+            self.write_best()
+        elif cfg.revert_to_best:
+            assert self.best_state is not None
+            self.model.load_state_dict(self.best_state["model"])
+            # the optimizer copies nothing it can share: a deep copy keeps the kept state unchanged
+            self.opt.load_state_dict(copy.deepcopy(self.best_state["optimizer"]))
+            self.sync_sampler()
+            out["best/reverted"] = 1.0
+            logging.getLogger("toolgym.train").info("step %d: %s = %g, worse than step %d's %g: back to its weights",
+                                                    self.step, name, value, self.best["step"], self.best["value"])
+        assert self.best is not None
+        return {**out, "best/step": float(self.best["step"]), "best/value": float(self.best["value"])}
+
+    def write_best(self) -> None:
+        """OUTPUT/best/: the weights in HF format, best.json and (revert_to_best) revert.pt, the weights and the
+        optimizer state to go back to; written to a temporary folder, then renamed (a kill leaves the old best)."""
+        import json
+        import shutil
+
+        import torch
+
+        out = self.cfg.output_dir / BEST_DIR
+        tmp = out.with_name(out.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        save_hf(self.model, self.tok, tmp, self.cfg.save_merged)
+        if self.cfg.revert_to_best:
+            self.best_state = {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                               "optimizer": copy.deepcopy(self.opt.state_dict())}
+            torch.save(self.best_state, tmp / "revert.pt")
+        (tmp / "best.json").write_text(json.dumps(self.best, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
 
     def write_ema(self, folder: Path) -> None:
         """A checkpoint's EMA: the float32 shadow (resume) and an HF folder `ema/` laid out like `model/` (evals)."""

@@ -1,0 +1,131 @@
+"""GRPO's `best_metric` / `revert_to_best` (toolgym/train/grpo.py `keep_best`) on the real tiny transformers model and
+the toy digits env over a real in-process MCP server: which eval becomes the best (ties to the later step, nothing
+before `best_from_step`), what OUTPUT/best/ holds, the weights and optimizer state put back bit for bit, a whole run's
+logged best against the running best of its own logged evals, a resume that keeps the best, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_grpo_run import _cfg as toy_cfg
+from toy_env import DigitsEnv
+
+from toolgym.train.config import GRPOConfig
+from toolgym.train.runstate import read_metrics
+
+
+def _cfg(model: Path, out: Path, **kw: object) -> GRPOConfig:
+    return toy_cfg(model, out, **{**dict(eval_every=1, eval_examples=4, best_metric="eval/reward",
+                                          env="toy_env:DigitsEnv"), **kw})
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _opt_step(trainer) -> None:  # type: ignore[no-untyped-def]
+    """One real AdamW step on a made-up loss: moves the weights and the optimizer's moments."""
+    trainer.opt.zero_grad()
+    sum((p.float() ** 2).sum() for p in trainer.model.parameters() if p.requires_grad).backward()
+    trainer.opt.step()
+
+
+def test_best_is_kept_and_a_worse_eval_puts_it_back(tiny_model: Path, tmp_path: Path) -> None:
+    from toolgym.train.grpo import GRPOTrainer
+
+    out = tmp_path / "run"
+    tr = GRPOTrainer(_cfg(tiny_model, out, revert_to_best=True, best_from_step=2), env=DigitsEnv())
+    _opt_step(tr)
+    tr.step = 1
+    assert tr.keep_best({"eval/reward": 0.1}) == {}  # before best_from_step: not a candidate
+    assert not (out / "best").exists()
+    tr.step = 2
+    assert tr.keep_best({"eval/reward": 0.5}) == {"best/step": 2.0, "best/value": 0.5}
+    kept, kept_opt = _weights(tr.model), json.dumps(
+        {k: [t.tolist() for t in v.values() if torch.is_tensor(t)] for k, v in tr.opt.state_dict()["state"].items()})
+    assert json.loads((out / "best" / "best.json").read_text()) == {"step": 2, "metric": "eval/reward", "value": 0.5}
+    on_disk = load_file(str(out / "best" / "model.safetensors"))
+    assert all(torch.equal(on_disk[k], kept[k]) for k in on_disk)
+    _opt_step(tr)
+    assert not all(torch.equal(v, kept[k]) for k, v in tr.model.state_dict().items())
+    tr.step = 3
+    assert tr.keep_best({"eval/reward": 0.6}) == {"best/reverted": 1.0, "best/step": 2.0, "best/value": 0.5}
+    assert all(torch.equal(v, kept[k]) for k, v in tr.model.state_dict().items())  # bit for bit
+    assert json.dumps({k: [t.tolist() for t in v.values() if torch.is_tensor(t)]
+                       for k, v in tr.opt.state_dict()["state"].items()}) == kept_opt
+    _opt_step(tr)  # training on from the put-back state leaves the kept copy as it was
+    tr.step = 4
+    tr.keep_best({"eval/reward": 0.7})
+    assert all(torch.equal(v, kept[k]) for k, v in tr.model.state_dict().items())
+    tr.step = 5
+    assert tr.keep_best({"eval/reward": 0.5}) == {"best/step": 5.0, "best/value": 0.5}  # a tie: the later step
+    with pytest.raises(ValueError, match=r"no such metric \(it logged: eval/loss, eval/rollouts\)"):
+        tr.keep_best({"eval/loss": 1.0, "eval/rollouts": 4})
+
+
+def test_without_revert_and_higher_is_better(tiny_model: Path, tmp_path: Path) -> None:
+    from toolgym.train.grpo import GRPOTrainer
+
+    tr = GRPOTrainer(_cfg(tiny_model, tmp_path / "run", greater_is_better=True), env=DigitsEnv())
+    tr.step = 1
+    assert tr.keep_best({"eval/reward": 0.5}) == {"best/step": 1.0, "best/value": 0.5}
+    _opt_step(tr)
+    moved = _weights(tr.model)
+    tr.step = 2
+    assert tr.keep_best({"eval/reward": 0.4}) == {"best/step": 1.0, "best/value": 0.5}  # worse: kept, not put back
+    assert all(torch.equal(v, moved[k]) for k, v in tr.model.state_dict().items())
+    tr.step = 3
+    assert tr.keep_best({"eval/reward": 0.8}) == {"best/step": 3.0, "best/value": 0.8}
+    assert not (tmp_path / "run" / "best" / "revert.pt").exists()  # only revert_to_best needs the optimizer state
+
+
+def _running_best(rows: list[dict], start: int = 0) -> list[tuple[int, float, bool]]:  # type: ignore[type-arg]
+    """(best step, best value, reverted) after each eval row: the higher reward wins, a tie goes to the later step."""
+    best: tuple[int, float] | None = None
+    seen = []
+    for r in rows:
+        if r["step"] < start:
+            continue
+        v = r["eval/reward"]
+        worse = best is not None and v < best[1]
+        if not worse:
+            best = (r["step"], v)
+        assert best is not None
+        seen.append((best[0], best[1], worse))
+    return seen
+
+
+def test_a_run_ends_on_its_best_and_a_resume_keeps_it(tiny_model: Path, tmp_path: Path) -> None:
+    from toolgym.train.grpo import run_grpo
+
+    out = tmp_path / "run"
+    kw = dict(greater_is_better=True, revert_to_best=True, max_steps=4, save_every=1, learning_rate=5e-2)
+    run_grpo(_cfg(tiny_model, out, **kw), env=DigitsEnv())
+    run_grpo(_cfg(tiny_model, out, **{**kw, "max_steps": 6}), resume=True, env=DigitsEnv())
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    got = [(int(r["best/step"]), r["best/value"], r.get("best/reverted") == 1.0) for r in rows]
+    assert got == _running_best(rows)  # across the resume too
+    best = json.loads((out / "best" / "best.json").read_text())
+    assert (best["step"], best["value"]) == got[-1][:2]
+    final = load_file(str(out / "final" / "model.safetensors"))
+    kept = load_file(str(out / "best" / "model.safetensors"))
+    assert final.keys() == kept.keys() and all(torch.equal(final[k], kept[k]) for k in final)  # ends on its best
+
+
+def test_refused_configs(tiny_model: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="set eval_every too"):
+        _cfg(tiny_model, tmp_path, eval_every=0)
+    with pytest.raises(ValueError, match=r"logs eval/exact/\.\.\."):
+        _cfg(tiny_model, tmp_path, eval_exact=True)
+    with pytest.raises(ValueError, match="eval_exact is off"):
+        _cfg(tiny_model, tmp_path, best_metric="eval/exact/loss")
+    with pytest.raises(ValueError, match="with ema_decay"):
+        _cfg(tiny_model, tmp_path, ema_decay=0.5)
+    for kw in (dict(revert_to_best=True), dict(best_from_step=3), dict(greater_is_better=True)):
+        with pytest.raises(ValueError, match="act on best_metric"):
+            _cfg(tiny_model, tmp_path, best_metric=None, **kw)
