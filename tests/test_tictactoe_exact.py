@@ -158,6 +158,14 @@ def test_exact_curve_reads_the_walks_and_draws_the_mean(tmp_path, capsys) -> Non
     assert mean[1] == "-"  # step 5: one run of four
     assert mean[2].startswith("23.33 (") and mean[3].startswith("5.75 (")  # step 10: a, b, d; step 20: all four
     assert (tmp_path / "curve.png").stat().st_size > 10_000
+    # --kept: a run that kept its best (best_metric) reads best/value where it logged one, the eval elsewhere
+    kept = tmp_path / "runs" / "e"
+    kept.mkdir()
+    kept.joinpath("metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"step": 5, "eval/exact/loss": 0.5}, {"step": 10, "eval/exact/loss": 0.1, "best/value": 0.1},
+        {"step": 20, "eval/exact/loss": 0.3, "best/value": 0.1, "best/reverted": 1.0})) + "\n")
+    assert mod.in_training(kept) == {5: 0.5, 10: 0.1, 20: 0.3}
+    assert mod.in_training(kept, kept=True) == {5: 0.5, 10: 0.1, 20: 0.1}
 
 
 def test_exact_games_script_prints_the_table_and_fails_when_not_exact(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -3,12 +3,13 @@
 t-interval over the runs (the seed-to-seed spread, the only noise left), beside the `copy-centre` shortcut's exact
 ceiling and the 5 % target.
 
-    python examples/tictactoe/exact_curve.py EXACT_DIR RUN [RUN ...] --start NAME [--steps 10 20 30 40 50]
+    python examples/tictactoe/exact_curve.py EXACT_DIR RUN [RUN ...] --start NAME [--steps 10 20 30 40 50] [--kept]
                                              [-o curve.png]
 
 EXACT_DIR holds NAME.json files: the start `--start`, each RUN's checkpoints `RUN-stepS.json` and its final model
 `RUN.json` (the last step, 60 by default: `--last`). A RUN that is a run folder instead (with metrics.jsonl) brings
-its own exact periodic evals (GRPO's `eval_exact`: `eval/exact/loss` by step). The mean is over the runs that have a
+its own exact periodic evals (GRPO's `eval_exact`: `eval/exact/loss` by step; `--kept`: the best the run kept after
+each eval, `best/value`, where it kept one). The mean is over the runs that have a
 step, shown where at least half of them do. Prints the table and, with `-o`, draws the PNG.
 """
 
@@ -35,13 +36,16 @@ def loss(folder: Path, name: str) -> float | None:
     return float(only["loss"])
 
 
-def in_training(run_dir: Path) -> dict[int, float]:
-    """A run's exact losses by step from its own periodic eval (`eval_exact`: `eval/exact/loss` in metrics.jsonl)."""
+def in_training(run_dir: Path, kept: bool = False) -> dict[int, float]:
+    """A run's exact losses by step from its own periodic eval (`eval_exact`: `eval/exact/loss` in metrics.jsonl).
+    `kept`: where the run kept its best (`best_metric = "eval/exact/loss"`), the best's value instead -- with
+    `revert_to_best`, the weights the run goes on from after that eval."""
     out = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line) if line.strip() else {}
         if "eval/exact/loss" in row:
-            out[int(row["step"])] = float(row["eval/exact/loss"])
+            key = "best/value" if kept and "best/value" in row else "eval/exact/loss"
+            out[int(row["step"])] = float(row[key])
     return out
 
 
@@ -63,6 +67,8 @@ def main() -> None:
     ap.add_argument("--start", required=True, help="the start's eval name (step 0)")
     ap.add_argument("--steps", type=int, nargs="+", default=[10, 20, 30, 40, 50])
     ap.add_argument("--last", type=int, default=60, help="the step of each run's final model (RUN.json)")
+    ap.add_argument("--kept", action="store_true", help="run folders with best_metric: the best kept after each "
+                    "eval (with revert_to_best, the weights training went on from) instead of the eval itself")
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
     start = loss(args.folder, args.start)
@@ -71,7 +77,7 @@ def main() -> None:
     curves: dict[str, dict[int, float]] = {}
     for run in args.runs:
         if (Path(run) / "metrics.jsonl").is_file():  # a run folder whose periodic eval was exact (eval_exact)
-            curves[Path(run).name] = {0: start, **in_training(Path(run))}
+            curves[Path(run).name] = {0: start, **in_training(Path(run), args.kept)}
             continue
         ys = {s: loss(args.folder, f"{run}-step{s}") for s in args.steps}
         ys[args.last] = loss(args.folder, run)

@@ -635,6 +635,36 @@ case "$1" in
       [ -f $a/final/config.json ] && E+=($a)
     done
     python $X/exact_curve.py $R/eval/exact "${A[@]/#/forced-}" "${E[@]}" --start forced-late-sft -o $X/forced_exact.png ;;
+  forced-best-summary)  # after ARMS=t10-opt-kl01-sym3-best-seed11 (12, 13) run.sh forced-exact (docs: "where it
+    # stands"): the runs that kept their best by the exact eval and went back to it (revert_to_best). Their exact
+    # curves (the evals, then the best kept: forced_best.png), 400 greedy games each against the optimal opponent on
+    # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
+    # every quiet position and discovery.py per run and pooled, the pooled results table
+    N=$R/forced-late S=$R/forced-late/sft2/final B=()
+    for a in $N/t10-opt-kl01-sym3-best-seed*; do [ -f $a/final/config.json ] && B+=($(basename $a)); done
+    [ ${#B[@]} -gt 0 ] || { echo "ARMS=t10-opt-kl01-sym3-best-seed11 run.sh forced-exact first"; exit 2; }
+    optimal200 forced-late-sft-fresh2-games200-optimal $S 4711
+    optimal200 forced-late-sft-fresh2-games200b-optimal $S 6007
+    games200 forced-late-sft-fresh2-games200-random $S 4711 1
+    quiet forced-late-sft $S
+    exact forced-late-sft $S
+    exact forced-late-sft $S random
+    J=()
+    for a in "${B[@]}"; do
+      optimal200 forced-$a-fresh2-games200-optimal $N/$a/final 4711
+      optimal200 forced-$a-fresh2-games200b-optimal $N/$a/final 6007
+      games200 forced-$a-fresh2-games200-random $N/$a/final 4711 1
+      quiet forced-$a $N/$a/final
+      python $X/discovery.py $N/$a start=$R/eval/forced-late-sft-positions-quiet \
+        rl=$R/eval/forced-$a-positions-quiet --json $R/eval/forced-$a-discovery.json
+      J+=($R/eval/forced-$a-discovery.json)
+    done
+    python $X/discovery.py --pool "${J[@]}"
+    fresh=$(for a in "${B[@]}"; do printf 'forced-%s-fresh2,' $a; done | sed 's/,$//')
+    python $X/results_table.py $R forced-late-sft-fresh2 "${B[@]/#/forced-}" --pool start=forced-late-sft-fresh2 \
+      --pool "best=$fresh"
+    python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft
+    python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/forced_best.png ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
     # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b

@@ -76,6 +76,39 @@ def test_request_key_orders_by_seed_then_prompt() -> None:
     assert sorted([a, b, c, d], key=request_key) == [d, c, a, b]
 
 
+def test_lockstep_gather_sleeps_until_notified() -> None:
+    """A lock-step gather waiting for a session that has not asked sleeps until a request or `notify` (the policy
+    calls it when a rollout is announced or a session closes) instead of polling: over 0.3 s it reads `live()` a
+    handful of times (a re-check every LOCKSTEP_RECHECK_S; a 0.5 ms poll read it hundreds of times). A `live()` that
+    drops without a notify is still seen at the next re-check, never a hang."""
+    batches, run = _recorder()
+    live, reads = [2], [0]
+
+    def count() -> int:
+        reads[0] += 1
+        return live[0]
+
+    q = BatchQueue(run, max_wait_s=0.0, live=count, lockstep=True)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(q.submit(GenRequest([7], SamplingParams())))
+        await asyncio.sleep(0.3)
+        assert not first.done() and reads[0] < 30
+        live[0] = 1
+        q.notify()
+        assert (await asyncio.wait_for(first, 5)).token_ids == [7]
+        second = asyncio.ensure_future(q.submit(GenRequest([8], SamplingParams())))
+        live[0] = 2  # another session announced ...
+        await asyncio.sleep(0.1)
+        assert not second.done()
+        live[0] = 1  # ... and ended without a notify: the re-check sees it
+        assert (await asyncio.wait_for(second, 5)).token_ids == [8]
+        await q.aclose()
+
+    asyncio.run(main())
+    assert batches == [[7], [8]]
+
+
 def test_lockstep_needs_a_live_count() -> None:
     with pytest.raises(ValueError, match="live"):
         BatchQueue(lambda r: r, lockstep=True)

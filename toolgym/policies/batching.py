@@ -61,6 +61,11 @@ class GenOutput:
     finish_reason: str  # "stop" (end-of-turn token) or "length"
 
 
+LOCKSTEP_RECHECK_S = 0.05
+"""A lock-step gather waits for `notify` / a request, and looks again after this long in any case (a `live()` that
+changed without a `notify` costs at most this, never a hang)."""
+
+
 class BatchQueue:
     """Gathers concurrent requests into batches for a blocking `run_batch(list[GenRequest]) -> list[GenOutput]`.
 
@@ -87,6 +92,7 @@ class BatchQueue:
         if self.lockstep and live is None:
             raise ValueError("lockstep batching needs live(): the number of sessions that will still ask or end")
         self._held: list[tuple[GenRequest, asyncio.Future]] = []  # lock-step: gathered, sorted, not yet run
+        self._wake = asyncio.Event()  # lock-step: set by a request or a change of live() (`notify`)
         self.batch_sizes: list[int] = []
         self.batch_times: list[float] = []
         self.generated_tokens = 0
@@ -100,6 +106,7 @@ class BatchQueue:
             self._loop = loop
             self._queue = asyncio.Queue()
             self._held = []
+            self._wake = asyncio.Event()  # (an Event binds to the loop it first waits in)
             self._worker = loop.create_task(self._work(self._queue))
         assert self._queue is not None
         return self._queue
@@ -107,7 +114,13 @@ class BatchQueue:
     async def submit(self, req: GenRequest) -> GenOutput:
         fut = asyncio.get_running_loop().create_future()
         self._ensure().put_nowait((req, fut))
+        self._wake.set()
         return await fut
+
+    def notify(self) -> None:
+        """`live()` changed (a rollout announced, a session opened or closed): a lock-step gather waiting for every
+        live session looks again. Without it the gather still looks every `LOCKSTEP_RECHECK_S`."""
+        self._wake.set()
 
     async def _gather(self, q: asyncio.Queue) -> list[tuple[GenRequest, asyncio.Future]]:
         """Wait for a first request, then for company (see the class docstring); the batch, cancelled ones dropped."""
@@ -135,7 +148,11 @@ class BatchQueue:
             if not self._held:
                 self._held.append(await q.get())
             while len(self._held) + q.qsize() < int(self.live()):
-                await asyncio.sleep(0.0005)
+                self._wake.clear()  # (no await between the count and the clear: nothing can be missed)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), LOCKSTEP_RECHECK_S)
+                except TimeoutError:
+                    pass
             while not q.empty():
                 self._held.append(q.get_nowait())
             self._held = sorted((x for x in self._held if not x[1].cancelled()), key=lambda x: request_key(x[0]))

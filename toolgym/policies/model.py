@@ -103,6 +103,7 @@ class ModelPolicy(Policy):
 
     def expect_rollouts(self, n: int) -> None:
         self.expected = max(0, self.expected + int(n))
+        self.queue.notify()
 
     # -- trainer hooks -------------------------------------------------------------------------------------------
     def weights_changed(self) -> None:
@@ -139,11 +140,13 @@ class ModelPolicy(Policy):
     # -- Policy ----------------------------------------------------------------------------------------------------
     def open(self, tools: list[dict[str, Any]], task: dict[str, Any]) -> PolicySession:
         self.live_sessions += 1
+        self.queue.notify()
         return ModelSession(self, tools, next(self._sessions))
 
     def open_seeded(self, tools: list[dict[str, Any]], task: dict[str, Any], seed: int) -> PolicySession:
         """A session whose turns are sampled with seeds drawn from `(seed, turn)` (not from the session's number)."""
         self.live_sessions += 1
+        self.queue.notify()
         return ModelSession(self, tools, next(self._sessions), seed=seed)
 
     @property
@@ -170,6 +173,7 @@ class ModelSession(PolicySession):
         if not self.closed:  # the policy's batch gathering stops waiting for this session
             self.closed = True
             self.policy.live_sessions -= 1
+            self.policy.queue.notify()
 
     def _params(self) -> SamplingParams:
         p = self.policy.sampling
