@@ -673,7 +673,8 @@ case "$1" in
     # the recipe with deterministic = true (lock-step batching, games seeded by job): run it in two fresh clones and
     # compare the two run folders with same_run.py (docs: "where it stands", reproducible).
     # ARMS=t10-opt-kl01-sym3-best-seed11 (12, 13): deterministic, and from step 20 on every exact eval that is worse than
-    # the best so far puts the best weights back (revert_to_best), so the run ends on its best (docs: "where it stands")
+    # the best so far puts the best weights back (revert_to_best), so the run ends on its best (docs: "where it stands").
+    # ARMS=t10-opt-kl01-sym3-keep-seed11 (12, 13): the same best kept (best/), without going back to it
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -684,6 +685,8 @@ case "$1" in
         # ... and back to the best weights by the exact eval whenever an eval from step 20 on is worse (revert_to_best)
         t10-opt-kl01-sym3-best-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20
                                            -s revert_to_best=true) ;;
+        # ... or only keep the best (best/), training on from wherever the run is
+        t10-opt-kl01-sym3-keep-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20) ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \
@@ -692,5 +695,6 @@ case "$1" in
         ${THREADS:+-s num_threads=$THREADS} --resume
       exact forced-$a $N/$a/final
       exact forced-$a $N/$a/final random
+      if [ -f $N/$a/best/best.json ]; then exact forced-$a-best $N/$a/best; exact forced-$a-best $N/$a/best random; fi
     done ;;
 esac
