@@ -129,3 +129,17 @@ def test_refused_configs(tiny_model: Path, tmp_path: Path) -> None:
     for kw in (dict(revert_to_best=True), dict(best_from_step=3), dict(greater_is_better=True)):
         with pytest.raises(ValueError, match="act on best_metric"):
             _cfg(tiny_model, tmp_path, best_metric=None, **kw)
+
+
+def test_a_resume_cannot_go_back_to_a_best_kept_without_its_state(tiny_model: Path, tmp_path: Path) -> None:
+    """A run that kept its best without revert_to_best has no optimizer state in best/: resuming it with
+    revert_to_best is refused with the reason, before any step (the run folder is left as it was)."""
+    from toolgym.train.grpo import GRPOTrainer, run_grpo
+
+    out = tmp_path / "run"
+    run_grpo(_cfg(tiny_model, out, greater_is_better=True, max_steps=2, save_every=1))
+    assert (out / "best" / "best.json").is_file() and not (out / "best" / "revert.pt").exists()
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="holds no revert.pt"):
+        GRPOTrainer(_cfg(tiny_model, out, greater_is_better=True, max_steps=4, revert_to_best=True), resume=True)
+    assert (out / "metrics.jsonl").read_text() == before

@@ -275,8 +275,6 @@ class GRPOTrainer:
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         self.reasoning_end_ids = self.tok.encode(cfg.reasoning_end, add_special_tokens=False)
         self.dev = next(self.model.parameters()).device
-        self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
-        self.resumed_from = self.step
         # best_metric: the best eval so far (best/best.json; a resume keeps it) and, for revert_to_best, its weights
         # and optimizer state in memory (best/revert.pt on disk, for a resume)
         import json
@@ -286,7 +284,13 @@ class GRPOTrainer:
         if ckpt is not None and (out / BEST_DIR / "best.json").is_file():
             self.best = json.loads((out / BEST_DIR / "best.json").read_text())
             if cfg.revert_to_best:
+                if not (out / BEST_DIR / "revert.pt").is_file():
+                    raise ValueError(f"--resume with revert_to_best: {out / BEST_DIR} holds no revert.pt (the run kept "
+                                     "its best without revert_to_best, so there is no optimizer state to go back to); "
+                                     "resume without revert_to_best, or start a new run")
                 self.best_state = torch.load(out / BEST_DIR / "revert.pt", weights_only=False)
+        self.log = MetricsLog(out, self.step, cfg.report_to, cfg.model_dump(mode="json"))
+        self.resumed_from = self.step
 
     # ------------------------------------------------------------------------------------------------ sampler
     def sync_sampler(self) -> float:
