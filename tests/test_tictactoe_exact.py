@@ -131,6 +131,9 @@ def test_exact_curve_reads_the_walks_and_draws_the_mean(tmp_path, capsys) -> Non
     assert m == pytest.approx(0.02) and hi - m == pytest.approx(4.303 * 0.01 / math.sqrt(3))
     assert lo == pytest.approx(max(0.0, 0.02 - 4.303 * 0.01 / math.sqrt(3)))
     assert mod.mean_t([0.2]) == (0.2, 0.2, 0.2)
+    twelve = [0.01 * i for i in range(12)]  # 11 degrees of freedom: t 2.201, not the normal 1.96
+    sd = math.sqrt(sum((v - 0.055) ** 2 for v in twelve) / 11)
+    assert mod.mean_t(twelve)[2] - 0.055 == pytest.approx(2.201 * sd / math.sqrt(12))
 
     def put(name: str, loss: float) -> None:
         (tmp_path / f"{name}.json").write_text(json.dumps({f"hf:{name}": {"loss": loss, "lines": []}}))
