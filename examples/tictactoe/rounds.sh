@@ -609,9 +609,7 @@ case "$1" in
     quiet forced-late-sft $S
     J=()
     for a in "${A[@]}"; do
-      quiet forced-$a $N/$a/final
-      python $X/discovery.py $N/$a start=$R/eval/forced-late-sft-positions-quiet \
-        rl=$R/eval/forced-$a-positions-quiet --json $R/eval/forced-$a-discovery.json
+      discover $a
       J+=($R/eval/forced-$a-discovery.json)
     done
     python $X/discovery.py --pool "${J[@]}"
@@ -654,9 +652,7 @@ case "$1" in
       optimal200 forced-$a-fresh2-games200-optimal $N/$a/final 4711
       optimal200 forced-$a-fresh2-games200b-optimal $N/$a/final 6007
       games200 forced-$a-fresh2-games200-random $N/$a/final 4711 1
-      quiet forced-$a $N/$a/final
-      python $X/discovery.py $N/$a start=$R/eval/forced-late-sft-positions-quiet \
-        rl=$R/eval/forced-$a-positions-quiet --json $R/eval/forced-$a-discovery.json
+      discover $a
       J+=($R/eval/forced-$a-discovery.json)
     done
     python $X/discovery.py --pool "${J[@]}"

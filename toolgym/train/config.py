@@ -180,9 +180,8 @@ class GRPOConfig(ModelTrainConfig):
         if self.best_metric is not None:
             if not self.eval_every:
                 raise ValueError("best_metric reads the periodic eval: set eval_every too")
-            prefix = "eval/exact/" if self.eval_exact else "eval/"
-            if not self.best_metric.startswith(prefix) or (not self.eval_exact and
-                                                           self.best_metric.startswith("eval/exact/")):
+            exact = self.best_metric.startswith("eval/exact/")
+            if exact != self.eval_exact or not self.best_metric.startswith("eval/"):
                 raise ValueError(f"best_metric {self.best_metric!r}: the periodic eval logs "
                                  f"{'eval/exact/...' if self.eval_exact else 'eval/... (eval_exact is off)'}")
             if self.ema_decay:

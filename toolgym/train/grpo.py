@@ -681,7 +681,8 @@ class GRPOTrainer:
 
     def write_best(self) -> None:
         """OUTPUT/best/: the weights in HF format, best.json and (revert_to_best) revert.pt, the weights and the
-        optimizer state to go back to; written to a temporary folder, then renamed (a kill leaves the old best)."""
+        optimizer state to go back to; written to best.tmp/, then swapped in (a kill while writing leaves the old best;
+        one between the swap's delete and rename leaves the new one only in best.tmp/)."""
         import json
         import shutil
 
