@@ -143,3 +143,79 @@ def test_a_resume_cannot_go_back_to_a_best_kept_without_its_state(tiny_model: Pa
     with pytest.raises(ValueError, match="holds no revert.pt"):
         GRPOTrainer(_cfg(tiny_model, out, greater_is_better=True, max_steps=4, revert_to_best=True), resume=True)
     assert (out / "metrics.jsonl").read_text() == before
+
+
+def test_a_value_that_is_not_a_number_changes_nothing(tiny_model: Path, tmp_path: Path) -> None:
+    """An eval that measured nothing (0 / 0 gives NaN) is neither a best nor worse than one: no best/ before a real
+    value, no going back after one (NaN compares false both ways, so without the guard it would put the best back at
+    every such eval); it is logged as best/nonfinite."""
+    from toolgym.train.grpo import GRPOTrainer
+
+    out = tmp_path / "run"
+    tr = GRPOTrainer(_cfg(tiny_model, out, revert_to_best=True), env=DigitsEnv())
+    tr.step = 1
+    assert tr.keep_best({"eval/reward": float("nan")}) == {"best/nonfinite": 1.0}
+    assert not (out / "best").exists() and tr.best is None
+    tr.step = 2
+    assert tr.keep_best({"eval/reward": 0.5}) == {"best/step": 2.0, "best/value": 0.5}
+    _opt_step(tr)
+    moved = _weights(tr.model)
+    for step, bad in ((3, float("nan")), (4, float("inf"))):
+        tr.step = step
+        assert tr.keep_best({"eval/reward": bad}) == {"best/nonfinite": 1.0, "best/step": 2.0, "best/value": 0.5}
+    assert all(torch.equal(v, moved[k]) for k, v in tr.model.state_dict().items())  # not put back
+    assert json.loads((out / "best" / "best.json").read_text())["step"] == 2
+
+
+def _best(folder: Path, step: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_text(f"weights of step {step}")
+    (folder / "best.json").write_text(json.dumps({"step": step}))
+    return folder
+
+
+@pytest.mark.parametrize("left", ["none", "tmp-whole", "tmp-partial", "old", "tmp-and-old", "done-but-old"])
+def test_recover_best_after_a_kill_in_the_swap(tmp_path: Path, left: str) -> None:
+    """Every instant a kill can hit write_best's swap (best.tmp/ written best.json last, best/ renamed to best.old/,
+    best.tmp/ renamed to best/, best.old/ removed) leaves a whole best that recover_best puts in place: the new one
+    where it was written whole, else the old one; nothing else is left."""
+    from toolgym.train.grpo import recover_best
+
+    best, tmp, old = tmp_path / "best", tmp_path / "best.tmp", tmp_path / "best.old"
+    want: int | None = None
+    if left == "tmp-whole":  # killed between the first best's write and its rename (no best/ yet)
+        _best(tmp, 7)
+        want = 7
+    elif left == "tmp-partial":  # killed while writing the new best, the old one in place
+        _best(best, 5)
+        tmp.mkdir()
+        (tmp / "model.safetensors").write_text("half")
+        want = 5
+    elif left == "old":  # only the moved-aside old best (its new copy lost): the old one is whole
+        _best(old, 5)
+        want = 5
+    elif left == "tmp-and-old":  # killed between the two renames
+        _best(old, 5)
+        _best(tmp, 7)
+        want = 7
+    elif left == "done-but-old":  # killed after the swap, before best.old/ was removed
+        _best(best, 7)
+        _best(old, 5)
+        want = 7
+    recover_best(best)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if want is None else ["best"])
+    if want is not None:
+        assert json.loads((best / "best.json").read_text()) == {"step": want}
+        assert (best / "model.safetensors").read_text() == f"weights of step {want}"
+
+
+def test_write_best_swaps_in_the_new_best_and_leaves_nothing_beside_it(tiny_model: Path, tmp_path: Path) -> None:
+    from toolgym.train.grpo import GRPOTrainer
+
+    out = tmp_path / "run"
+    tr = GRPOTrainer(_cfg(tiny_model, out, greater_is_better=True), env=DigitsEnv())
+    for step, value in ((1, 0.2), (2, 0.4)):
+        tr.step = step
+        tr.keep_best({"eval/reward": value})
+        assert sorted(p.name for p in out.iterdir() if p.name.startswith("best")) == ["best"]
+        assert json.loads((out / "best" / "best.json").read_text())["step"] == step

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import random
 import statistics
 import time
@@ -55,6 +56,24 @@ if TYPE_CHECKING:
     import torch
 
 BEST_DIR = "best"  # best_metric's folder in the run's output_dir
+
+
+def recover_best(folder: Path) -> None:
+    """Finish a `write_best` swap a kill interrupted: with `folder` missing, its new version (whole in `folder`.tmp/:
+    best.json is written last) or else its old one (`folder`.old/) is put in place; leftovers are removed."""
+    import shutil
+
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    if not folder.exists():
+        for cand in (tmp, old):
+            if (cand / "best.json").is_file():
+                cand.rename(folder)
+                break
+    for left in (tmp, old):
+        if left.exists():
+            shutil.rmtree(left, ignore_errors=True)
+
+
 RESUME_KEYS = ("model", "env", "env_args", "num_examples", "dataset_seed", "batch_size", "rollouts_per_example",
                "loss_type", "lora", "seed")
 
@@ -281,6 +300,8 @@ class GRPOTrainer:
 
         self.best: dict[str, Any] | None = None
         self.best_state: dict[str, Any] | None = None
+        if ckpt is not None:
+            recover_best(out / BEST_DIR)
         if ckpt is not None and (out / BEST_DIR / "best.json").is_file():
             self.best = json.loads((out / BEST_DIR / "best.json").read_text())
             if cfg.revert_to_best:
@@ -649,8 +670,9 @@ class GRPOTrainer:
     def keep_best(self, rec: dict[str, Any]) -> dict[str, Any]:
         """`best_metric`: compare this step's eval with the best so far. At least as good (a tie goes to the later
         step): write OUTPUT/best/ (and keep the weights and optimizer state in memory for `revert_to_best`). Worse,
-        with `revert_to_best`: put the best's weights and optimizer state back. Returns the metrics to log: best/step,
-        best/value and, where it happened, best/reverted = 1."""
+        with `revert_to_best`: put the best's weights and optimizer state back. A value that is not a number (NaN, inf)
+        changes nothing and is logged best/nonfinite = 1. Returns the metrics to log: best/step, best/value and, where
+        it happened, best/reverted = 1."""
         cfg = self.cfg
         name = cfg.best_metric
         assert name is not None
@@ -661,6 +683,12 @@ class GRPOTrainer:
         if self.step < cfg.best_from_step:
             return {}
         value = float(rec[name])
+        if not math.isfinite(value):  # an eval that measured nothing (0 / 0): neither a best nor a reason to go back
+            logging.getLogger("toolgym.train").warning("step %d: %s = %g is not a number: not compared with the best",
+                                                       self.step, name, value)
+            kept = {} if self.best is None else {"best/step": float(self.best["step"]),
+                                                  "best/value": float(self.best["value"])}
+            return {"best/nonfinite": 1.0, **kept}
         best = self.best
         better = best is None or (value >= best["value"] if cfg.greater_is_better else value <= best["value"])
         out: dict[str, Any] = {}
@@ -681,8 +709,8 @@ class GRPOTrainer:
 
     def write_best(self) -> None:
         """OUTPUT/best/: the weights in HF format, best.json and (revert_to_best) revert.pt, the weights and the
-        optimizer state to go back to; written to best.tmp/, then swapped in (a kill while writing leaves the old best;
-        one between the swap's delete and rename leaves the new one only in best.tmp/)."""
+        optimizer state to go back to; written to best.tmp/ (best.json last), then swapped in through best.old/, so a
+        kill at any instant leaves a whole best that `recover_best` puts back in place."""
         import json
         import shutil
 
@@ -698,9 +726,13 @@ class GRPOTrainer:
                                "optimizer": copy.deepcopy(self.opt.state_dict())}
             torch.save(self.best_state, tmp / "revert.pt")
         (tmp / "best.json").write_text(json.dumps(self.best, indent=2))
+        old = out.with_name(out.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
         if out.exists():
-            shutil.rmtree(out)
+            out.rename(old)
         tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
 
     def write_ema(self, folder: Path) -> None:
         """A checkpoint's EMA: the float32 shadow (resume) and an HF folder `ema/` laid out like `model/` (evals)."""
