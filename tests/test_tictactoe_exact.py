@@ -188,3 +188,54 @@ def test_exact_games_script_prints_the_table_and_fails_when_not_exact(capsys) ->
     with pytest.raises(SystemExit) as stop:
         mod.main()
     assert stop.value.code == 3 and "not exact: scripted:random" in capsys.readouterr().err
+
+
+def test_served_walk_asks_every_board_once_and_scores_like_the_tree_walk() -> None:
+    """`examples/tictactoe/served_exact.py`'s level-by-level walk (`collect`) reaches every board a deterministic
+    player faces, each asked once, and `score` then equals the shortcut tree walk to 1e-12 against both opponents; a
+    player that answers one reachable board with an occupied cell forfeits exactly the lines through it."""
+    from tg_testutil import example_module
+
+    mod = example_module("examples/tictactoe/served_exact.py")
+    for name in ("copy-centre", "first-free"):
+        for p in (0.0, 1.0):
+            asked: list[str] = []
+
+            async def answer(board: str, name: str = name) -> int | None:
+                asked.append(board)
+                (cell,) = move_distribution(name, board)
+                return cell
+
+            moves = asyncio.run(mod.collect(answer, p))
+            assert len(asked) == len(set(asked)) == len(moves)
+            got = mod.score(moves, p)
+            assert (got["win"], got["draw"], got["loss"]) == pytest.approx(game_outcome(name, p), abs=1e-12)
+            assert got["forfeited"] == 0.0
+    moves = asyncio.run(mod.collect(lambda b: asyncio.sleep(0, move_distribution("copy-centre", b).popitem()[0]), 0.0))
+    empty = g.EMPTY * 9  # X starts on the empty board half the time: an occupied answer there forfeits those lines
+    broken = {**moves, empty: None}
+    got = mod.score(broken, 0.0)
+    assert got["forfeited"] == pytest.approx(0.5)  # the O-started half keeps its own outcome, which sums to 0.5
+    assert got["win"] + got["draw"] + got["loss"] - got["forfeited"] == pytest.approx(0.5)
+    assert 0.5 <= got["loss"] <= 0.5 + game_outcome("copy-centre", 0.0)[2]
+
+
+def test_served_exact_script_asks_toolgym_serve(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The script end to end: `toolgym serve tictactoe -m scripted:minimax` over stdio, every board sent as O with
+    the colours swapped: the minimax player loses no line against the optimal opponent and the JSON holds its moves;
+    the shortcut rows are printed beside it."""
+    import json
+    import sys
+
+    from tg_testutil import example_module
+
+    mod = example_module("examples/tictactoe/served_exact.py")
+    out = tmp_path / "served.json"
+    sys.argv = ["served_exact.py", "scripted:minimax", "--side", "O", "--json", str(out)]
+    assert mod.main() == 0
+    printed = capsys.readouterr().out
+    assert "| served scripted:minimax (as O) | 0.00 | 100.00 | 0.00 |" in printed
+    assert "| shortcut copy-centre | 0.00 | 89.81 | 10.19 |" in printed
+    got = json.loads(out.read_text())
+    assert got["errors"] == 0 and got["loss"] == 0.0 and got["boards"] == len(got["moves"]) > 50
+    assert all(m in g.free_cells(b) for b, m in got["moves"].items())

@@ -68,9 +68,9 @@ quiet() {  # quiet NAME MODEL_DIR: every quiet position (467: no win, no threat,
   toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
     -a kinds=quiet -o "$R/eval/$1-positions-quiet" --resume
 }
-discover() {  # discover ARM: every quiet position for runs/tictactoe/forced-late/ARM/final, then discovery.py against the
-  # late start's (forced-late-sft) -> eval/forced-ARM-discovery.json
-  quiet forced-$1 $R/forced-late/$1/final
+discover() {  # discover ARM [MODEL_DIR]: every quiet position for MODEL_DIR (runs/tictactoe/forced-late/ARM/final), then
+  # discovery.py against the late start's (forced-late-sft) -> eval/forced-ARM-discovery.json
+  quiet forced-$1 ${2:-$R/forced-late/$1/final}
   python $X/discovery.py $R/forced-late/$1 start=$R/eval/forced-late-sft-positions-quiet \
     rl=$R/eval/forced-$1-positions-quiet --json $R/eval/forced-$1-discovery.json
 }

@@ -637,10 +637,11 @@ case "$1" in
     # stands"): the runs that kept their best by the exact eval and went back to it (revert_to_best). Their exact
     # curves (the evals, then the best kept: forced_best.png), 400 greedy games each against the optimal opponent on
     # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
-    # every quiet position and discovery.py per run and pooled, the pooled results table
-    N=$R/forced-late S=$R/forced-late/sft2/final B=()
-    for a in $N/t10-opt-kl01-sym3-best-seed*; do [ -f $a/final/config.json ] && B+=($(basename $a)); done
-    [ ${#B[@]} -gt 0 ] || { echo "ARMS=t10-opt-kl01-sym3-best-seed11 run.sh forced-exact first"; exit 2; }
+    # every quiet position and discovery.py per run and pooled, the pooled results table. Each run's kept weights
+    # (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm
+    BEST=${BEST:-t10-opt-kl01-sym3-best} N=$R/forced-late S=$R/forced-late/sft2/final B=()
+    for a in $N/$BEST-seed*; do [ -f $a/final/config.json ] && [ -f $a/best/best.json ] && B+=($(basename $a)); done
+    [ ${#B[@]} -gt 0 ] || { echo "ARMS=$BEST-seed11 run.sh forced-exact first"; exit 2; }
     optimal200 forced-late-sft-fresh2-games200-optimal $S 4711
     optimal200 forced-late-sft-fresh2-games200b-optimal $S 6007
     games200 forced-late-sft-fresh2-games200-random $S 4711 1
@@ -649,10 +650,10 @@ case "$1" in
     exact forced-late-sft $S random
     J=()
     for a in "${B[@]}"; do
-      optimal200 forced-$a-fresh2-games200-optimal $N/$a/final 4711
-      optimal200 forced-$a-fresh2-games200b-optimal $N/$a/final 6007
-      games200 forced-$a-fresh2-games200-random $N/$a/final 4711 1
-      discover $a
+      optimal200 forced-$a-fresh2-games200-optimal $N/$a/best 4711
+      optimal200 forced-$a-fresh2-games200b-optimal $N/$a/best 6007
+      games200 forced-$a-fresh2-games200-random $N/$a/best 4711 1
+      discover $a $N/$a/best
       J+=($R/eval/forced-$a-discovery.json)
     done
     python $X/discovery.py --pool "${J[@]}"
@@ -660,7 +661,7 @@ case "$1" in
     python $X/results_table.py $R forced-late-sft-fresh2 "${B[@]/#/forced-}" --pool start=forced-late-sft-fresh2 \
       --pool "best=$fresh"
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft
-    python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/forced_best.png ;;
+    python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/${PNG:-forced_best.png} ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
     # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
