@@ -558,3 +558,43 @@ def test_ready_line_on_stderr_for_stdio_and_http(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _clumsy(bad_turns: int):
+    """A scripted tic-tac-toe player that calls make_move on an occupied cell on its first `bad_turns` turns (reading
+    the server's error each time), then on the first free cell, with a reasoning line naming the turn."""
+    from toolgym import ScriptedPolicy
+    from toolgym.policies.scripted import call
+    from toolgym.types import AssistantTurn
+
+    def fn(messages, memory):
+        board = memory["task"]["board"]
+        memory["turn"] = memory.get("turn", 0) + 1
+        cell = board.index("X") if memory["turn"] <= bad_turns else board.index(".")
+        return AssistantTurn(content="", reasoning=f"turn {memory['turn']}",
+                             tool_calls=[call("make_move", position=cell)])
+
+    return ScriptedPolicy(fn, f"clumsy{bad_turns}")
+
+
+def test_suggest_move_lets_the_agent_recover_from_a_rejected_move():
+    """As in a game, a move the server rejects goes back to the agent with the error and it moves again: the first
+    legal move is the suggestion (`attempts` counts the calls), within 3 turns; after 3 rejections the answer is
+    invalid with the server's error. The rollout stops at the legal move (the agent is not asked to play on)."""
+    from toolgym_tictactoe import SUGGEST_TURNS
+
+    board = "X...O...."
+
+    async def ask(policy):
+        env = load_env("tictactoe", transport="inprocess")
+        async with Client(build_agent_server(env, policy)) as c:
+            return _payload(await c.call_tool("suggest_move", {"board": board}))
+
+    first = asyncio.run(ask(_clumsy(0)))
+    assert (first["position"], first["valid"], first["attempts"], first["reasoning"]) == (1, True, 1, "turn 1")
+    again = asyncio.run(ask(_clumsy(SUGGEST_TURNS - 1)))
+    assert (again["position"], again["valid"], again["attempts"]) == (1, True, SUGGEST_TURNS)
+    assert again["reasoning"] == f"turn {SUGGEST_TURNS}" and again["board_after"] == "XX..O...."
+    lost = asyncio.run(ask(_clumsy(SUGGEST_TURNS)))
+    assert (lost["position"], lost["valid"], lost["attempts"]) == (None, False, SUGGEST_TURNS)
+    assert "occupied" in lost["error"].lower() or "taken" in lost["error"].lower(), lost["error"]

@@ -64,6 +64,12 @@ exact() {  # exact NAME MODEL_DIR [random]: every line of play against the perfe
   mkdir -p "$R/eval/exact"
   [ -f "$out" ] || python $X/exact_games.py "hf:$2" --opponent $opp --max-tokens $MAXTOK --json "$out"
 }
+served() {  # served NAME MODEL_URI [random]: the model as a client meets it, toolgym serve's suggest_move asked for every
+  # board of every line of play against the optimal (or the random) opponent (served_exact.py) -> eval/served/NAME-OPP.json
+  local opp=${3:-optimal} out="$R/eval/served/$1-${3:-optimal}.json"
+  mkdir -p "$R/eval/served"
+  [ -f "$out" ] || python $X/served_exact.py "$2" --opponent $opp --json "$out"
+}
 quiet() {  # quiet NAME MODEL_DIR: every quiet position (467: no win, no threat, some move loses the value), greedy
   toolgym eval tictactoe -m "hf:$2" -n 0 -c 64 -t 0 --max-tokens $MAXTOK -a transport=inprocess -a task=move \
     -a kinds=quiet -o "$R/eval/$1-positions-quiet" --resume

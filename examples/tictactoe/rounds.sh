@@ -637,8 +637,9 @@ case "$1" in
     # stands"): the runs that kept their best by the exact eval and went back to it (revert_to_best). Their exact
     # curves (the evals, then the best kept: forced_best.png), 400 greedy games each against the optimal opponent on
     # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
-    # every quiet position and discovery.py per run and pooled, the pooled results table. Each run's kept weights
-    # (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm
+    # every quiet position and discovery.py per run and pooled, the pooled results table, and each model through
+    # toolgym serve (served_exact.py, both opponents; the start and the committed default too). Each run's kept
+    # weights (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm
     BEST=${BEST:-t10-opt-kl01-sym3-best} N=$R/forced-late S=$R/forced-late/sft2/final B=()
     for a in $N/$BEST-seed*; do [ -f $a/final/config.json ] && [ -f $a/best/best.json ] && B+=($(basename $a)); done
     [ ${#B[@]} -gt 0 ] || { echo "ARMS=$BEST-seed11 run.sh forced-exact first"; exit 2; }
@@ -648,12 +649,14 @@ case "$1" in
     quiet forced-late-sft $S
     exact forced-late-sft $S
     exact forced-late-sft $S random
+    for o in optimal random; do served start hf:$S $o; served default default $o; done
     J=()
     for a in "${B[@]}"; do
       optimal200 forced-$a-fresh2-games200-optimal $N/$a/best 4711
       optimal200 forced-$a-fresh2-games200b-optimal $N/$a/best 6007
       games200 forced-$a-fresh2-games200-random $N/$a/best 4711 1
       discover $a $N/$a/best
+      served ${a#t10-} hf:$N/$a/best; served ${a#t10-} hf:$N/$a/best random
       J+=($R/eval/forced-$a-discovery.json)
     done
     python $X/discovery.py --pool "${J[@]}"

@@ -8,7 +8,8 @@ not the skill the model shows in its own multi-turn games (`exact_games.py`).
                                               [--json OUT.json] [-- SERVE_OPTIONS]
 
 `--side O` sends every board with the colours swapped and `agent_plays = "O"` (the same cells must come back).
-A request the server answers with an error, a null move or an occupied cell forfeits the line (counted as lost, and
+The served agent moves again after a move the server rejects (`suggest_move`'s `attempts`; boards counted as
+`retried_boards`); a request answered with an error or with no legal move forfeits the line (counted as lost, and
 apart as `forfeited`). Prints the `random` and `copy-centre` shortcuts' exact scores against the same opponent beside
 the model's. Exits 1 when a request errored, 2 when the server did not start.
 """
@@ -83,13 +84,14 @@ async def collect(answer: Callable[[str], Awaitable[int | None]], random_move_pr
 
 
 async def walk(model: str, random_move_prob: float, side: str, concurrency: int, extra: list[str],
-               progress: Progress) -> tuple[dict[str, int | None], list[str]]:
-    """`collect` through one `toolgym serve tictactoe -m MODEL` process over stdio; returns board -> cell and the
-    errors' messages."""
+               progress: Progress) -> tuple[dict[str, int | None], list[str], list[str]]:
+    """`collect` through one `toolgym serve tictactoe -m MODEL` process over stdio; returns board -> cell, the
+    errors' messages and the boards where the agent's first move was rejected and it moved again."""
     params = StdioServerParameters(command=str(Path(sys.executable).parent / "toolgym"),
                                    args=["serve", "tictactoe", *([] if model == "default" else ["-m", model]),
                                          "--max-concurrency", str(concurrency), *extra], env=dict(os.environ))
     errors: list[str] = []
+    retried: list[str] = []  # boards whose first move the server rejected (the agent moved again: `attempts`)
     sem = asyncio.Semaphore(concurrency)
     task = progress.add_task("boards asked", total=None)
     async with Client(stdio_client(params)) as client:
@@ -101,10 +103,13 @@ async def walk(model: str, random_move_prob: float, side: str, concurrency: int,
             if res.is_error:
                 errors.append(f"{board}: {res.content[0].text if res.content else 'error'}")
                 return None
-            return (res.structured_content or json.loads(res.content[0].text)).get("position")
+            got = res.structured_content or json.loads(res.content[0].text)
+            if got.get("attempts", 1) > 1:
+                retried.append(board)
+            return got.get("position")
 
         moves = await collect(answer, random_move_prob)
-    return moves, errors
+    return moves, errors, retried
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,20 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     with Progress(console=console) as progress:
         try:
-            moves, errors = asyncio.run(walk(args.model, p, args.side, args.concurrency, args.serve_options,
+            moves, errors, retried = asyncio.run(walk(args.model, p, args.side, args.concurrency, args.serve_options,
                                              progress))
         except Exception as exc:  # noqa: BLE001 - the server did not start or the session broke: say so, exit 2
             console.print(f"[red]served_exact: no answer from toolgym serve: {exc!r}")
             return 2
     result = {"model": args.model, "opponent": args.opponent, "side": args.side, "boards": len(moves),
               "invalid_boards": sum(m is None or m not in g.free_cells(b) for b, m in moves.items()),
-              "errors": len(errors), **score(moves, p)}
+              "retried_boards": len(retried), "errors": len(errors), **score(moves, p)}
     rows = [(f"served {args.model} (as {args.side})", result)]
     for name in ("random", "copy-centre"):
         w, d, lo = game_outcome(name, p)
         rows.append((f"shortcut {name}", {"win": w, "draw": d, "loss": lo}))
     print(f"exact against the {args.opponent} opponent, {len(moves)} boards asked "
-          f"({result['invalid_boards']} answered invalid, {len(errors)} errored; forfeited lines "
+          f"({result['invalid_boards']} answered invalid, {len(retried)} after a rejected move, {len(errors)} "
+          f"errored; forfeited lines "
           f"{100 * result['forfeited']:.2f} %):")
     print("| player | W % | D % | L % |\n|---|---|---|---|")
     for label, r in rows:
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({**result, "moves": moves, "error_messages": errors}, indent=1))
+        args.json.write_text(json.dumps({**result, "moves": moves, "retried": retried, "error_messages": errors},
+                                        indent=1))
     return 1 if errors else 0
 
 

@@ -383,6 +383,8 @@ class TicTacToeEnv(StatefulToolEnv):
             state["over"] = True
         elif state["task"].get("invalid_move") == "forfeit" and any(not r.exec_ok for r in records):
             state["over"] = state["forfeit"] = True  # the game stays unfinished: scored as a loss
+        elif state["task"].get("one_move") and any(r.name == "make_move" and r.exec_ok for r in records):
+            state["over"] = True  # a served suggestion (`suggest_move`): its first legal move is the answer
         return None
 
     @stop
@@ -609,18 +611,21 @@ class TicTacToeEnv(StatefulToolEnv):
             cells = client_position(board, agent_plays)  # errors in the client's own colours
             cells = x_view(cells, agent_plays)  # the agent always plays X on the server
             seed = int(cells.translate(str.maketrans(".XO", "012")), 3)  # stable per position
-            traj = await agent.run({"seed": seed, "board": cells}, max_turns=1)
-            reasoning = traj.turns[0]["reasoning"] if traj.turns else None
-            move = next((c for c in traj.calls if c.name == "make_move"), None)
-            if move is None or not move.exec_ok:
-                why = move.result if move is not None else "the agent made no move"
+            # as in a game: a move the server rejects is answered with its error and the agent moves again, up to
+            # SUGGEST_TURNS turns; the first legal move is the suggestion
+            traj = await agent.run({"seed": seed, "board": cells, "one_move": True}, max_turns=SUGGEST_TURNS)
+            reasoning = traj.turns[-1]["reasoning"] if traj.turns else None
+            tries = [c for c in traj.calls if c.name == "make_move"]
+            move = next((c for c in tries if c.exec_ok), None)
+            if move is None:
+                why = tries[-1].result if tries else "the agent made no move"
                 return {"position": None, "valid": False, "board_after": None, "status": None, "error": why,
-                        "reasoning": reasoning}
+                        "reasoning": reasoning, "attempts": len(tries)}
             pos = int((move.arguments or {})["position"])
             after = g.play(cells, pos, "X")
             status = {"X": "agent_won"}.get(g.winner(after) or "", "draw" if g.EMPTY not in after else "in_progress")
             return {"position": pos, "valid": True, "board_after": x_view(after, agent_plays), "status": status,
-                    "error": None, "reasoning": reasoning}
+                    "error": None, "reasoning": reasoning, "attempts": tries.index(move) + 1}
 
         return {"suggest_move": suggest_move}
 
@@ -647,9 +652,13 @@ class SuggestedMove(TypedDict):
         description="The game after the move: agent_won, draw or in_progress.")]
     error: Annotated[str | None, Field(description="Why the move was not valid (null when it was).")]
     reasoning: Annotated[str | None, Field(description="The agent's thinking before the move.")]
+    attempts: Annotated[int, Field(description="The agent's make_move calls: 1 when its first move was legal; after "
+                                               "a rejected one it sees the error and moves again, at most "
+                                               "3 turns.")]
 
 
 MAX_BOARD_CHARS = 200
+SUGGEST_TURNS = 3  # suggest_move: the agent's turns to make one legal move (its first, then two after rejections)
 
 
 def client_position(board: str, side: str = "X") -> str:
