@@ -211,7 +211,11 @@ def test_served_walk_asks_every_board_once_and_scores_like_the_tree_walk() -> No
             got = mod.score(moves, p)
             assert (got["win"], got["draw"], got["loss"]) == pytest.approx(game_outcome(name, p), abs=1e-12)
             assert got["forfeited"] == 0.0
-    moves = asyncio.run(mod.collect(lambda b: asyncio.sleep(0, move_distribution("copy-centre", b).popitem()[0]), 0.0))
+    async def centre(board: str) -> int | None:
+        (cell,) = move_distribution("copy-centre", board)
+        return cell
+
+    moves = asyncio.run(mod.collect(centre, 0.0))
     empty = g.EMPTY * 9  # X starts on the empty board half the time: an occupied answer there forfeits those lines
     broken = {**moves, empty: None}
     got = mod.score(broken, 0.0)

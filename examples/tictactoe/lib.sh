@@ -66,7 +66,8 @@ exact() {  # exact NAME MODEL_DIR [random]: every line of play against the perfe
 }
 served() {  # served NAME MODEL_URI [random]: the model as a client meets it, toolgym serve's suggest_move asked for every
   # board of every line of play against the optimal (or the random) opponent (served_exact.py) -> eval/served/NAME-OPP.json
-  local opp=${3:-optimal} out="$R/eval/served/$1-${3:-optimal}.json"
+  local opp=${3:-optimal}
+  local out="$R/eval/served/$1-$opp.json"
   mkdir -p "$R/eval/served"
   [ -f "$out" ] || python $X/served_exact.py "$2" --opponent $opp --json "$out"
 }

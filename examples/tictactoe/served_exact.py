@@ -35,23 +35,25 @@ from toolgym_tictactoe.shortcuts import exact_outcome, game_outcome
 OPPONENTS = {"optimal": 0.0, "random": 1.0}
 
 
+def replies(board: str, random_move_prob: float) -> set[str]:
+    """The X-to-move boards the opponent can leave after its move on `board` (any free cell when it can move at
+    random, else its minimax-best ones), games that are over left out."""
+    cells = g.free_cells(board) if random_move_prob > 0 else g.minimax_choices(board, "O", "uniform")
+    return {b for b in (g.play(board, c, "O") for c in cells) if not g.is_over(b)}
+
+
 def next_boards(board: str, move: int | None, random_move_prob: float) -> set[str]:
-    """The X-to-move boards that can follow X's `move` on `board` against the opponent at `random_move_prob` (any free
-    cell when it can move at random, else its minimax-best ones); none once the game is over or the move is invalid."""
+    """The X-to-move boards that can follow X's `move` on `board`; none once the game is over or the move is
+    invalid."""
     if move is None or move not in g.free_cells(board):
         return set()
     after = g.play(board, move, "X")
-    if g.is_over(after):
-        return set()
-    replies = g.free_cells(after) if random_move_prob > 0 else g.minimax_choices(after, "O", "uniform")
-    return {b for b in (g.play(after, c, "O") for c in replies) if not g.is_over(b)}
+    return set() if g.is_over(after) else replies(after, random_move_prob)
 
 
 def first_boards(random_move_prob: float) -> set[str]:
     """X's first boards: the empty one (X starts) and those after the opponent's opening (O starts)."""
-    empty = g.EMPTY * 9
-    replies = g.free_cells(empty) if random_move_prob > 0 else g.minimax_choices(empty, "O", "uniform")
-    return {empty} | {g.play(empty, c, "O") for c in replies}
+    return {g.EMPTY * 9} | replies(g.EMPTY * 9, random_move_prob)
 
 
 def score(moves: dict[str, int | None], random_move_prob: float) -> dict[str, float]:
@@ -137,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("random", "copy-centre"):
         w, d, lo = game_outcome(name, p)
         rows.append((f"shortcut {name}", {"win": w, "draw": d, "loss": lo}))
-    print(f"exact against the {args.opponent} opponent, {len(moves)} boards asked "
-          f"({result['invalid_boards']} answered invalid, {len(retried)} after a rejected move, {len(errors)} "
-          f"errored; forfeited lines "
+    print(f"exact against the {args.opponent} opponent, {len(moves)} boards asked ({result['invalid_boards']} "
+          f"answered invalid, {len(retried)} after a rejected move, {len(errors)} errored; forfeited lines "
           f"{100 * result['forfeited']:.2f} %):")
     print("| player | W % | D % | L % |\n|---|---|---|---|")
     for label, r in rows:

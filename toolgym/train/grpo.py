@@ -686,9 +686,7 @@ class GRPOTrainer:
         if not math.isfinite(value):  # an eval that measured nothing (0 / 0): neither a best nor a reason to go back
             logging.getLogger("toolgym.train").warning("step %d: %s = %g is not a number: not compared with the best",
                                                        self.step, name, value)
-            kept = {} if self.best is None else {"best/step": float(self.best["step"]),
-                                                  "best/value": float(self.best["value"])}
-            return {"best/nonfinite": 1.0, **kept}
+            return {"best/nonfinite": 1.0, **self._best_log()}
         best = self.best
         better = best is None or (value >= best["value"] if cfg.greater_is_better else value <= best["value"])
         out: dict[str, Any] = {}
@@ -704,8 +702,13 @@ class GRPOTrainer:
             out["best/reverted"] = 1.0
             logging.getLogger("toolgym.train").info("step %d: %s = %g, worse than step %d's %g: back to its weights",
                                                     self.step, name, value, self.best["step"], self.best["value"])
-        assert self.best is not None
-        return {**out, "best/step": float(self.best["step"]), "best/value": float(self.best["value"])}
+        return {**out, **self._best_log()}
+
+    def _best_log(self) -> dict[str, float]:
+        """best/step and best/value of the best so far (nothing before the first)."""
+        if self.best is None:
+            return {}
+        return {"best/step": float(self.best["step"]), "best/value": float(self.best["value"])}
 
     def write_best(self) -> None:
         """OUTPUT/best/: the weights in HF format, best.json and (revert_to_best) revert.pt, the weights and the
