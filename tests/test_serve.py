@@ -577,24 +577,53 @@ def _clumsy(bad_turns: int):
     return ScriptedPolicy(fn, f"clumsy{bad_turns}")
 
 
-def test_suggest_move_lets_the_agent_recover_from_a_rejected_move():
+@pytest.mark.parametrize("turns", [None, 1, 5])
+def test_suggest_move_lets_the_agent_recover_from_a_rejected_move(turns):
     """As in a game, a move the server rejects goes back to the agent with the error and it moves again: the first
-    legal move is the suggestion (`attempts` counts the calls), within 3 turns; after 3 rejections the answer is
-    invalid with the server's error. The rollout stops at the legal move (the agent is not asked to play on)."""
-    from toolgym_tictactoe import SUGGEST_TURNS
-
+    legal move is the suggestion (`attempts` counts the calls), within `suggest_turns` turns (3 unless the env
+    option says otherwise; 1 returns the first move as it is); after that many rejections the answer is invalid with
+    the server's error. The rollout stops at the legal move (the agent is not asked to play on)."""
     board = "X...O...."
+    n = turns or 3
 
     async def ask(policy):
-        env = load_env("tictactoe", transport="inprocess")
+        env = load_env("tictactoe", transport="inprocess", **({"suggest_turns": turns} if turns else {}))
         async with Client(build_agent_server(env, policy)) as c:
             return _payload(await c.call_tool("suggest_move", {"board": board}))
 
     first = asyncio.run(ask(_clumsy(0)))
     assert (first["position"], first["valid"], first["attempts"], first["reasoning"]) == (1, True, 1, "turn 1")
-    again = asyncio.run(ask(_clumsy(SUGGEST_TURNS - 1)))
-    assert (again["position"], again["valid"], again["attempts"]) == (1, True, SUGGEST_TURNS)
-    assert again["reasoning"] == f"turn {SUGGEST_TURNS}" and again["board_after"] == "XX..O...."
-    lost = asyncio.run(ask(_clumsy(SUGGEST_TURNS)))
-    assert (lost["position"], lost["valid"], lost["attempts"]) == (None, False, SUGGEST_TURNS)
+    again = asyncio.run(ask(_clumsy(n - 1)))
+    assert (again["position"], again["valid"], again["attempts"]) == (1, True, n)
+    assert again["reasoning"] == f"turn {n}" and again["board_after"] == "XX..O...."
+    lost = asyncio.run(ask(_clumsy(n)))
+    assert (lost["position"], lost["valid"], lost["attempts"]) == (None, False, n)
     assert "occupied" in lost["error"].lower() or "taken" in lost["error"].lower(), lost["error"]
+
+
+@pytest.mark.parametrize("board,first", [(".........", "New game. You move first."),
+                                         ("....O....", "New game. The opponent moved first."),
+                                         ("X...O....", "A game in progress."),
+                                         ("O........", "New game. The opponent moved first.")])
+def test_suggest_move_poses_a_board_that_tells_its_history_as_a_game_does(board, first):
+    """A served board that alone tells its history (empty: X moves first; one O and no X: the opponent moved first)
+    reaches the agent as a game's first turn does, so the served model sees the prompt its games showed it; any other
+    board is a game in progress. The scripted player echoes the first line of the user message it was given. With
+    agent_plays=O the colours are swapped before the rule applies."""
+    from toolgym import ScriptedPolicy
+    from toolgym.policies.scripted import call
+    from toolgym.types import AssistantTurn
+
+    def echo(messages, memory):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        return AssistantTurn(content="", reasoning=user.splitlines()[0],
+                             tool_calls=[call("make_move", position=memory["task"]["board"].index("."))])
+
+    async def ask(b, side):
+        env = load_env("tictactoe", transport="inprocess")
+        async with Client(build_agent_server(env, ScriptedPolicy(echo, "echo"))) as c:
+            return _payload(await c.call_tool("suggest_move", {"board": b, "agent_plays": side}))
+
+    assert asyncio.run(ask(board, "X"))["reasoning"] == first
+    swapped = board.translate(str.maketrans("XO", "OX"))
+    assert asyncio.run(ask(swapped, "O"))["reasoning"] == first

@@ -227,7 +227,7 @@ def test_served_walk_asks_every_board_once_and_scores_like_the_tree_walk() -> No
 def test_served_exact_script_asks_toolgym_serve(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     """The script end to end: `toolgym serve tictactoe -m scripted:minimax` over stdio, every board sent as O with
     the colours swapped: the minimax player loses no line against the optimal opponent and the JSON holds its moves;
-    the shortcut rows are printed beside it."""
+    the shortcut rows are printed beside it. Options after `--` go to toolgym serve."""
     import json
     import sys
 
@@ -243,3 +243,7 @@ def test_served_exact_script_asks_toolgym_serve(tmp_path, capsys) -> None:  # ty
     got = json.loads(out.read_text())
     assert got["errors"] == 0 and got["loss"] == 0.0 and got["boards"] == len(got["moves"]) > 50
     assert all(m in g.free_cells(b) for b, m in got["moves"].items())
+    # options after -- reach toolgym serve: a wrong env option stops the server, so the script exits 2
+    assert mod.main(["scripted:minimax", "--", "-a", "suggest_turnz=2"]) == 2
+    assert mod.main(["scripted:minimax", "--json", str(out), "--", "-a", "suggest_turns=1"]) == 0
+    assert json.loads(out.read_text())["moves"] == got["moves"]

@@ -675,6 +675,7 @@ case "$1" in
     # ARMS=t10-opt-kl01-sym3-best-seed11 (12, 13): deterministic, and from step 20 on every exact eval that is worse than
     # the best so far puts the best weights back (revert_to_best), so the run ends on its best (docs: "where it stands").
     # ARMS=t10-opt-kl01-sym3-keep-seed11 (12, 13): the same best kept (best/), without going back to it
+    # ARMS=t10-opt-kl01-sym3-keep100-seed11 (12, 13): that arm trained on to step 100 (docs: "twenty-fifth round")
     # ARMS=t10-mix05-kl01-sym3-keep-seed11 (12, 13): kept the same way, the games that are not restarted against an
     # opponent whose random-move probability is drawn up to 0.5 instead of the optimal one (docs: "where it stands")
     N=$R/forced-late
@@ -689,6 +690,10 @@ case "$1" in
                                            -s revert_to_best=true) ;;
         # ... or only keep the best (best/), training on from wherever the run is
         t10-opt-kl01-sym3-keep-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20) ;;
+        # ... the same, trained on to step 100 (more proposals for the best kept; from a run of the arm above: copy its
+        # folder without final/, then this resumes it from its last checkpoint, the best kept so far carried on)
+        t10-opt-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20
+                                                -s max_steps=100) ;;
         # ... kept the same way, with the quarter of each batch that is not restarted played against an opponent whose
         # random-move probability is drawn up to 0.5 (at most 0.5 an attack instead of a block does not pay on average;
         # a move that sets a trap for a weaker player does), for the wins against random

@@ -121,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--side", choices=["X", "O"], default="X")
     ap.add_argument("-c", "--concurrency", type=int, default=16)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("serve_options", nargs="*", help="after --: passed to toolgym serve")
-    args = ap.parse_args(argv)
+    ap.epilog = "Options after -- go to toolgym serve (e.g. -- -a suggest_turns=5)."
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    args.serve_options = argv[cut + 1:]
     p = OPPONENTS[args.opponent]
     console = Console(stderr=True)
     with Progress(console=console) as progress:

@@ -47,8 +47,10 @@ from toolgym.train.runstate import (
     load_trainer_state,
     make_optimizer,
     prepare_run,
+    recover_swap,
     save_checkpoint,
     save_hf,
+    swap_in,
 )
 from toolgym.types import TokenTrace, Trajectory
 
@@ -59,19 +61,8 @@ BEST_DIR = "best"  # best_metric's folder in the run's output_dir
 
 
 def recover_best(folder: Path) -> None:
-    """Finish a `write_best` swap a kill interrupted: with `folder` missing, its new version (whole in `folder`.tmp/:
-    best.json is written last) or else its old one (`folder`.old/) is put in place; leftovers are removed."""
-    import shutil
-
-    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
-    if not folder.exists():
-        for cand in (tmp, old):
-            if (cand / "best.json").is_file():
-                cand.rename(folder)
-                break
-    for left in (tmp, old):
-        if left.exists():
-            shutil.rmtree(left, ignore_errors=True)
+    """Finish a `write_best` swap a kill interrupted (`runstate.recover_swap`; best.json is written last)."""
+    recover_swap(folder, "best.json")
 
 
 RESUME_KEYS = ("model", "env", "env_args", "num_examples", "dataset_seed", "batch_size", "rollouts_per_example",
@@ -729,13 +720,7 @@ class GRPOTrainer:
                                "optimizer": copy.deepcopy(self.opt.state_dict())}
             torch.save(self.best_state, tmp / "revert.pt")
         (tmp / "best.json").write_text(json.dumps(self.best, indent=2))
-        old = out.with_name(out.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(tmp, out)
 
     def write_ema(self, folder: Path) -> None:
         """A checkpoint's EMA: the float32 shadow (resume) and an HF folder `ema/` laid out like `model/` (evals)."""

@@ -158,13 +158,47 @@ def save_checkpoint(out: Path, step: int, model: Any, tok: Any, opt: Any, sched:
         write_more(tmp)
     (tmp / "DONE").write_text(str(step))
     _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    _fsync_dir(final.parent)
+    swap_in(tmp, final)  # a step saved again (a resume that repeats it) replaces its folder without a gap
     for old in checkpoints(out)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Put the whole folder `tmp` at `final`, replacing any folder there through `final`.old/ (moved aside, then
+    removed), so that a kill at any instant leaves either `final` whole or what `recover_swap` puts back."""
+    old = final.with_name(final.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_swap(final: Path, marker: str) -> None:
+    """Finish a `swap_in` a kill interrupted: with `final` missing, its new version (whole in `final`.tmp/ when it
+    holds `marker`, the file written last) or else its old one (`final`.old/) is put in place; leftovers are
+    removed."""
+    tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
+    if not final.exists():
+        for cand in (tmp, old):
+            if (cand / marker).is_file():
+                cand.rename(final)
+                break
+    for left in (tmp, old):
+        if left.exists():
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def recover_checkpoints(out: Path) -> None:
+    """Finish the checkpoint swaps (`save_checkpoint`) a kill interrupted in `out`, before a resume looks for the
+    last checkpoint."""
+    d = out / CKPT_DIR
+    if d.is_dir():
+        for name in sorted({p.name.rsplit(".", 1)[0] for p in d.iterdir() if p.name.endswith((".tmp", ".old"))}):
+            recover_swap(d / name, "DONE")
 
 
 def load_trainer_state(ckpt: Path, opt: Any, sched: Any) -> dict[str, Any]:
@@ -196,6 +230,8 @@ def prepare_run(out: Path, config: dict[str, Any], resume: bool, match_keys: tup
     """Create/check the run folder. Returns the checkpoint to resume from (None = fresh start)."""
     out.mkdir(parents=True, exist_ok=True)
     cfg_file = out / "config.json"
+    if resume:
+        recover_checkpoints(out)
     ckpt = latest_checkpoint(out)
     if not resume:
         if (out / "metrics.jsonl").exists() or ckpt is not None:

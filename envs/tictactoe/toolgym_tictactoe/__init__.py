@@ -155,6 +155,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_invalid_move: Literal["game", "forfeit"] = "game",
         restart_board: Literal["uniform", "last_unforced"] = "uniform",
         restart_symmetry: bool = False,
+        suggest_turns: Annotated[int, Field(ge=1, le=9)] = 3,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
     ) -> None:
@@ -220,6 +221,9 @@ class TicTacToeEnv(StatefulToolEnv):
                 reflections, drawn at random among those no restart of the step has taken (a replayed board keeps
                 the image it was restarted in): a trap lost in one orientation is practised in all of them. The
                 image is in the board's symmetry class, so the held-out split is unchanged.
+            suggest_turns: `toolgym serve`'s `suggest_move`: the agent's turns to make one legal move (its first,
+                then one more after each move the server rejects, with the error in front of it); 1 returns the
+                first move whatever it is.
             transport: How the tic-tac-toe server runs: a stdio subprocess, streamable HTTP or in this process.
         """
         if not 0.0 <= min_random_move_prob <= max_random_move_prob <= 1.0:
@@ -231,6 +235,9 @@ class TicTacToeEnv(StatefulToolEnv):
         if invalid_move not in ("retry", "forfeit"):
             raise ValueError(f"invalid_move must be 'retry' or 'forfeit', not {invalid_move!r}")
         self.opponent_style, self.invalid_move = opponent_style, invalid_move
+        if not 1 <= suggest_turns <= 9:
+            raise ValueError(f"suggest_turns must be 1-9, not {suggest_turns!r}")
+        self.suggest_turns = suggest_turns
         self.restart_max_pieces = restart_max_pieces
         if not 0.0 <= restart_replay <= 1.0 or restart_buffer < 1 or restart_temperature <= 0 \
                 or not 0.0 <= restart_staleness < 1.0 or restart_score not in ("loss", "outcome"):
@@ -372,7 +379,8 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def initial_messages(self, task: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]]:
         if task.get("board"):
-            first = "A game in progress."
+            first = _game_start(task["board"]) if task.get("one_move") else None
+            first = first or "A game in progress."
         else:
             first = "New game. " + ("You move first." if task.get("x_starts", True) else "The opponent moved first.")
         return [{"role": "system", "content": self.system_prompt},
@@ -612,8 +620,8 @@ class TicTacToeEnv(StatefulToolEnv):
             cells = x_view(cells, agent_plays)  # the agent always plays X on the server
             seed = int(cells.translate(str.maketrans(".XO", "012")), 3)  # stable per position
             # as in a game: a move the server rejects is answered with its error and the agent moves again, up to
-            # SUGGEST_TURNS turns; the first legal move is the suggestion
-            traj = await agent.run({"seed": seed, "board": cells, "one_move": True}, max_turns=SUGGEST_TURNS)
+            # suggest_turns turns; the first legal move is the suggestion
+            traj = await agent.run({"seed": seed, "board": cells, "one_move": True}, max_turns=self.suggest_turns)
             reasoning = traj.turns[-1]["reasoning"] if traj.turns else None
             tries = [c for c in traj.calls if c.name == "make_move"]
             move = next((c for c in tries if c.exec_ok), None)
@@ -628,6 +636,17 @@ class TicTacToeEnv(StatefulToolEnv):
                     "error": None, "reasoning": reasoning, "attempts": tries.index(move) + 1}
 
         return {"suggest_move": suggest_move}
+
+
+def _game_start(board: str) -> str | None:
+    """How a game shows `board` (X to move) when the board alone tells its history -- the empty board (X moves
+    first) or one O and no X (the opponent moved first) -- so a served request on it reads as the game's first turn;
+    None for any other board, whose history a lone board does not tell."""
+    if board.count(".") == 9:
+        return "New game. You move first."
+    if board.count("O") == 1 and "X" not in board:
+        return "New game. The opponent moved first."
+    return None
 
 
 class GameSummary(TypedDict):
@@ -654,11 +673,10 @@ class SuggestedMove(TypedDict):
     reasoning: Annotated[str | None, Field(description="The agent's thinking before the move.")]
     attempts: Annotated[int, Field(description="The agent's make_move calls: 1 when its first move was legal; after "
                                                "a rejected one it sees the error and moves again, at most "
-                                               "3 turns.")]
+                                               "suggest_turns turns (3 by default).")]
 
 
 MAX_BOARD_CHARS = 200
-SUGGEST_TURNS = 3  # suggest_move: the agent's turns to make one legal move (its first, then two after rejections)
 
 
 def client_position(board: str, side: str = "X") -> str:
