@@ -639,7 +639,8 @@ case "$1" in
     # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
     # every quiet position and discovery.py per run and pooled, the pooled results table, and each model through
     # toolgym serve (served_exact.py, both opponents; the start and the committed default too). Each run's kept
-    # weights (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm
+    # weights (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm;
+    # BEST=t10-opt-kl01-sym3-keep100 PNG=forced_keep100.png: the twenty-fifth round's
     BEST=${BEST:-t10-opt-kl01-sym3-best} N=$R/forced-late S=$R/forced-late/sft2/final B=()
     for a in $N/$BEST-seed*; do [ -f $a/final/config.json ] && [ -f $a/best/best.json ] && B+=($(basename $a)); done
     [ ${#B[@]} -gt 0 ] || { echo "ARMS=$BEST-seed11 run.sh forced-exact first"; exit 2; }
