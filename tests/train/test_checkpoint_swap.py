@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolgym.train.runstate import CKPT_DIR, latest_checkpoint, prepare_run, save_checkpoint
+from toolgym.train.runstate import CKPT_DIR, checkpoints, latest_checkpoint, prepare_run, save_checkpoint
 
 
 def _ckpt(folder: Path, tag: str, done: bool = True) -> None:
@@ -39,6 +39,7 @@ def test_resume_recovers_a_checkpoint_swap_cut_anywhere(tmp_path: Path, left: st
         _ckpt(old, "old 3")
     else:  # a first save of the step killed between DONE and its rename
         _ckpt(tmp, "new 3")
+    assert all(c.name in ("step_000002", "step_000003") for c in checkpoints(tmp_path))  # never a .tmp / .old
     assert prepare_run(tmp_path, {"seed": 0}, resume=True, match_keys=("seed",)) == step3
     assert sorted(p.name for p in d.iterdir()) == ["step_000002", "step_000003"]
     assert (step3 / "model" / "model.safetensors").read_text() == f"weights {want}"

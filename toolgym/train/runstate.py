@@ -121,7 +121,7 @@ def checkpoints(out: Path) -> list[Path]:
     d = out / CKPT_DIR
     if not d.is_dir():
         return []
-    return sorted(p for p in d.iterdir() if p.name.startswith("step_") and not p.name.endswith(".tmp")
+    return sorted(p for p in d.iterdir() if p.name.startswith("step_") and not p.name.endswith((".tmp", ".old"))
                   and (p / "DONE").is_file())
 
 
