@@ -115,13 +115,13 @@ async def walk(model: str, random_move_prob: float, side: str, concurrency: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="Options after -- go to toolgym serve (e.g. -- -a suggest_turns=5).")
     ap.add_argument("model", help="policy URI for toolgym serve (hf:PATH, ...; default: the env's default model)")
     ap.add_argument("--opponent", choices=sorted(OPPONENTS), default="optimal")
     ap.add_argument("--side", choices=["X", "O"], default="X")
     ap.add_argument("-c", "--concurrency", type=int, default=16)
     ap.add_argument("--json", type=Path, default=None)
-    ap.epilog = "Options after -- go to toolgym serve (e.g. -- -a suggest_turns=5)."
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
