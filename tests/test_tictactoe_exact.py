@@ -6,6 +6,8 @@ line counts worked out by hand."""
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -247,3 +249,60 @@ def test_served_exact_script_asks_toolgym_serve(tmp_path, capsys) -> None:  # ty
     assert mod.main(["scripted:minimax", "--", "-a", "suggest_turnz=2"]) == 2
     assert mod.main(["scripted:minimax", "--json", str(out), "--", "-a", "suggest_turns=1"]) == 0
     assert json.loads(out.read_text())["moves"] == got["moves"]
+
+
+def test_seeded_line_replays_sampled_games_and_the_seed_draw_script_flags_another_player(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A deterministic player's walk replays its seeded games through the real server move for move (the walk alone
+    says which line a seed plays), its rate over many seeds is the exact one, and games of another player are not
+    replayed: `seed_draw.py` prints the table and exits 3 for them."""
+    from tg_testutil import example_module
+    from toolgym_tictactoe.exact import Line, seeded_line
+
+    from toolgym.rollout import run_rollouts
+
+    env, player = _env(), _shortcut("copy-centre")
+    walk = asyncio.run(exact_games(env, player))
+
+    def sample(policy: Any) -> list[Any]:
+        jobs = [(i, 0, {"seed": 7000 + i, "x_starts": i % 2 == 0, "random_move_prob": 0.0}) for i in range(40)]
+
+        async def go() -> list[Any]:
+            env = _env()
+            await env.start()
+            return await run_rollouts(env, policy, jobs, 8)
+
+        return asyncio.run(go())
+
+    games = sample(player)
+    for t in games:
+        line = seeded_line(walk.lines, t.task["seed"], t.task["x_starts"], 0.0)
+        assert line is not None and line.moves == t.info["result"]["moves"]
+        assert (line.status == "loss") == (t.metrics["loss"] > 0)
+    assert any(t.metrics["loss"] > 0 for t in games) and any(t.metrics["loss"] == 0 for t in games)
+    many = [seeded_line(walk.lines, i, i % 2 == 0, 0.0) for i in range(4000)]
+    rate = sum(line.status == "loss" for line in many if line) / len(many)
+    assert all(many) and abs(rate - walk.loss) < 4 * (walk.loss * (1 - walk.loss) / len(many)) ** 0.5
+    # lines that disagree on the player's move after one history are not one player's walk
+    bad = [Line(True, [], 0.5, "draw", ["X0", "O4"]), Line(True, [], 0.5, "draw", ["X1", "O4"])]
+    with pytest.raises(ValueError, match="not one player's walk"):
+        seeded_line(bad, 1, True, 0.0)
+    assert seeded_line(bad, 1, False, 0.0) is None  # no line for that start
+    # the script: the player's own games all replayed; another player's (first-free) not
+    exact_json = tmp_path / "walk.json"
+    lines = [asdict(x) for x in walk.lines]
+    exact_json.write_text(json.dumps({"scripted:copy-centre": {**walk.summary(), "lines": lines}}))
+
+    def results(trajs: list[Any], name: str) -> str:
+        path = tmp_path / name
+        rows = [{"task": t.task, "info": t.info, "metrics": t.metrics} for t in trajs]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return str(path)
+
+    mod = example_module("examples/tictactoe/seed_draw.py")
+    assert mod.main([f"{exact_json}={results(games, 'own.jsonl')}", "--fresh", "200"]) == 0
+    row = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("| scripted:copy-centre |"))
+    lost = sum(t.metrics["loss"] > 0 for t in games)
+    assert row.split(" | ")[1:5] == ["40", "40", f"{100 * lost / 40:.2f}", f"{100 * lost / 40:.2f}"]
+    other = sample(_shortcut("first-free"))
+    assert mod.main([f"{exact_json}={results(other, 'other.jsonl')}", "--fresh", "10"]) == 3
+    assert "not the walked player's games" in capsys.readouterr().err

@@ -116,8 +116,10 @@ def pooled(root: Path, groups: dict[str, list[str]]) -> str:
     """Losses against the optimal opponent pooled over each group's runs (the seeds of one arm), with 95 % Wilson
     intervals, beside each run's own: one seed of a CPU-scale run is not a measurement of its recipe; and the wins
     against the random opponent pooled the same way, over the runs that have those games ('-' if none has). The
-    intervals are of these models' games: runs that share an eval seed play the same task draw (who starts), and
-    the spread between seeds of one recipe is not in them (compare recipes over seeds: `exact_curve.py`)."""
+    intervals are of these models' games, as if independent: runs that share an eval seed play the same task draw
+    (who starts, and the opponent's reply on every board they both reach), so the pooled interval is too narrow
+    (`seed_draw.py` measures that draw against the exact walks), and the spread between seeds of one recipe is not
+    in them (compare recipes over seeds: `exact_curve.py`)."""
     out = ["| arm | runs | lost per eval | losses % (95 % CI) | games | wins vs random % (95 % CI) | games |",
            "|---|---|---|---|---|---|---|"]
     for name, runs in groups.items():

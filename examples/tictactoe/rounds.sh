@@ -638,7 +638,8 @@ case "$1" in
     # curves (the evals, then the best kept: forced_best.png), 400 greedy games each against the optimal opponent on
     # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
     # every quiet position and discovery.py per run and pooled, the pooled results table, and each model through
-    # toolgym serve (served_exact.py, both opponents; the start and the committed default too). Each run's kept
+    # toolgym serve (served_exact.py, both opponents; the start and the committed default too), and the fresh-seed
+    # games checked against each exact walk (seed_draw.py: how much of them is the seeds' draw). Each run's kept
     # weights (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm;
     # BEST=t10-opt-kl01-sym3-keep100 PNG=forced_keep100.png: the twenty-fifth round's
     BEST=${BEST:-t10-opt-kl01-sym3-best} N=$R/forced-late S=$R/forced-late/sft2/final B=()
@@ -664,6 +665,15 @@ case "$1" in
     fresh=$(for a in "${B[@]}"; do printf 'forced-%s-fresh2,' $a; done | sed 's/,$//')
     python $X/results_table.py $R forced-late-sft-fresh2 "${B[@]/#/forced-}" --pool start=forced-late-sft-fresh2 \
       --pool "best=$fresh"
+    # the fresh-seed games against each model's exact walk: every game replayed, the seeds' draw (seed_draw.py)
+    D=(); W=()
+    for a in "${B[@]}"; do
+      g=$R/eval/forced-$a-fresh2-games200
+      D+=("$R/eval/exact/forced-$a-best.json=$g-optimal/results.jsonl,${g}b-optimal/results.jsonl")
+      W+=("$R/eval/exact/forced-$a-best-random.json=$g-random/results.jsonl")
+    done
+    python $X/seed_draw.py "${D[@]}"
+    python $X/seed_draw.py "${W[@]}" --outcome win --fresh 5000
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/${PNG:-forced_best.png} ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval

@@ -149,4 +149,30 @@ async def exact_games(env: Any, policy: Any, concurrency: int = 64, max_games: i
                        lines=done)
 
 
-__all__ = ["ExactResult", "Line", "exact_games", "opponent_ties"]
+def seeded_line(lines: list[Line], seed: int, x_starts: bool, random_move_prob: float,
+                style: str = "uniform") -> Line | None:
+    """The line of a deterministic player's walk (`lines`, from `exact_games`) that the game seeded `seed` plays:
+    the opponent's replies drawn as the server draws them for that seed (`game.opponent_move`), the player's moves
+    read from the lines. So a walk tells, with no model, what any seeded sample of games would have scored, and a
+    sampled game that does not replay its line shows a player that is not the one walked. None when the draw
+    leaves the lines (another opponent, style or start; errored lines have no moves and are never followed).
+    Raises ValueError when the lines disagree on the player's move after one history (not one player's walk)."""
+    cand = [line for line in lines if line.x_starts == x_starts and line.status != "error"]
+    board, k = g.EMPTY * 9, 0
+    while cand:
+        ended = [line for line in cand if len(line.moves) == k]
+        if ended:
+            return ended[0]
+        if cand[0].moves[k][0] == "O":
+            move = f"O{g.opponent_move(board, seed, random_move_prob, 'O', style)}"
+        else:
+            mine = {line.moves[k] for line in cand}
+            if len(mine) > 1:
+                raise ValueError(f"the lines play {sorted(mine)} after {cand[0].moves[:k]}: not one player's walk")
+            move = mine.pop()
+        cand = [line for line in cand if line.moves[k] == move]
+        board, k = g.play(board, int(move[1:]), move[0]), k + 1
+    return None
+
+
+__all__ = ["ExactResult", "Line", "exact_games", "opponent_ties", "seeded_line"]
