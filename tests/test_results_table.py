@@ -67,6 +67,29 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert pools["both"][5] == "24" and pools["alone"][5] == "12" and won["minimax"] > won["random"]
     assert pools["both"][4].startswith(f"{100 * (won['minimax'] + won['random']) / 24:.1f} (")
     assert pools["alone"][4].startswith(f"{100 * won['random'] / 12:.1f} (")
+    # ... and the losses' interval with the games clustered by seed (both runs played the same 12 seeds)
+    assert pools["both"][6].startswith(f"{100 * lost / 24:.1f} (")
+    assert pools["alone"][6].startswith(f"{100 * lost / 12:.1f} (")
+    assert sum(n for _, n in mod.seed_losses(tmp_path, "random").values()) == 12
+
+
+def test_clustered_interval_widens_for_games_that_share_a_seed() -> None:
+    """`clustered_rate` on counts built by hand: two models that play every seed alike are one sample, not two --
+    their pooled interval is as wide as one model's (the Wilson interval over the doubled games narrows by about
+    sqrt 2); games that differ within each seed (one lost, one not) carry no seed-to-seed spread."""
+    mod = _table_module()
+    one = [(1, 1)] * 10 + [(0, 1)] * 90  # one model: 10 of 100 seeds lost
+
+    def width(text: str) -> float:
+        lo, hi = map(float, re.search(r"\(([\d.]+)-([\d.]+)\)", text).groups())
+        return hi - lo
+
+    alike = [(2 * k, 2 * n) for k, n in one]  # a second model that plays each seed the same way
+    assert mod.clustered_rate(alike).startswith("10.0 (") and mod.clustered_rate(one).startswith("10.0 (")
+    assert abs(width(mod.clustered_rate(alike)) - width(mod.clustered_rate(one))) < 0.11
+    assert width(mod.rate(20, 200)) < 0.8 * width(mod.clustered_rate(alike))
+    assert mod.clustered_rate([(1, 2)] * 100) == "50.0 (50.0-50.0)"
+    assert mod.clustered_rate([(1, 1)]) == "-" and mod.clustered_rate([]) == "-"
 
 
 def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ free cell...).
 
 Without MODEL names, every model that has evals is listed (in the order their folders were made). `--pool` adds a
 table of losses against the optimal opponent pooled over runs (seeds of one arm, say), every rollout counted (an
-errored game is a loss), with 95 % Wilson intervals, and the runs' wins against the random opponent pooled beside
-them.
+errored game is a loss), with 95 % Wilson intervals, the runs' wins against the random opponent pooled beside
+them, and the losses' interval with the games clustered by game seed (runs evaluated on the same seeds share their
+draw, so their games are not independent).
 """
 
 from __future__ import annotations
@@ -112,20 +113,63 @@ def losses(root: Path, model: str) -> tuple[list[int], int] | None:
     return (per, n) if folders else None
 
 
+def seed_losses(root: Path, model: str) -> dict[str, tuple[int, int]]:
+    """Games lost to the optimal opponent by `model`, per game seed (the task's `seed`, which draws who starts and the
+    opponent's replies): seed -> (lost, games), every rollout counted (an errored one is a loss). Empty without the
+    folders' `results.jsonl`."""
+    out: dict[str, tuple[int, int]] = {}
+    for folder in game_folders(root, model, "optimal"):
+        f = folder / "results.jsonl"
+        if not f.exists():
+            return {}
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            lost = row.get("error") is not None or float((row.get("metrics") or {}).get("loss", 0.0)) > 0
+            key = str((row.get("task") or {}).get("seed", row.get("example_id")))
+            k, n = out.get(key, (0, 0))
+            out[key] = (k + int(lost), n + 1)
+    return out
+
+
+def clustered_rate(clusters: list[tuple[int, int]]) -> str:
+    """'5.9 (4.3-7.5)': the pooled rate of (lost, games) clusters with a 95 % interval that lets the games of one
+    cluster be alike -- the cluster-robust (sandwich) variance of a ratio, C / (C - 1) * sum (y_c - p n_c)^2 / N^2.
+    For models evaluated on the same seeds, a cluster is one seed's games across the models: they share who starts
+    and the opponent's reply on every board they both reach, so they are not independent samples."""
+    total = sum(n for _, n in clusters)
+    if len(clusters) < 2 or not total:
+        return "-"
+    p = sum(k for k, _ in clusters) / total
+    var = len(clusters) / (len(clusters) - 1) * sum((k - p * n) ** 2 for k, n in clusters) / total ** 2
+    half = 1.959963984540054 * math.sqrt(var)
+    return f"{100 * p:.1f} ({100 * max(p - half, 0.0):.1f}-{100 * min(p + half, 1.0):.1f})"
+
+
 def pooled(root: Path, groups: dict[str, list[str]]) -> str:
     """Losses against the optimal opponent pooled over each group's runs (the seeds of one arm), with 95 % Wilson
     intervals, beside each run's own: one seed of a CPU-scale run is not a measurement of its recipe; and the wins
     against the random opponent pooled the same way, over the runs that have those games ('-' if none has). The
-    intervals are of these models' games, as if independent: runs that share an eval seed play the same task draw
-    (who starts, and the opponent's reply on every board they both reach), so the pooled interval is too narrow
-    (`seed_draw.py` measures that draw against the exact walks), and the spread between seeds of one recipe is not
-    in them (compare recipes over seeds: `exact_curve.py`)."""
-    out = ["| arm | runs | lost per eval | losses % (95 % CI) | games | wins vs random % (95 % CI) | games |",
-           "|---|---|---|---|---|---|---|"]
+    Wilson intervals treat these models' games as independent, but runs that share an eval seed play the same task
+    draw (who starts, and the opponent's reply on every board they both reach), so the last column clusters the
+    games by seed (`clustered_rate`; '-' without the folders' results.jsonl) -- the interval to quote; `seed_draw.py`
+    measures the draw against the exact walks. The spread between seeds of one recipe (training seeds) is in
+    neither (compare recipes over seeds: `exact_curve.py`)."""
+    out = ["| arm | runs | lost per eval | losses % (95 % CI) | games | wins vs random % (95 % CI) | games | "
+           "losses % (95 % CI, games clustered by seed) |",
+           "|---|---|---|---|---|---|---|---|"]
     for name, runs in groups.items():
         lost, n, per = 0, 0, []
         won, played = 0.0, 0
+        by_seed: dict[str, tuple[int, int]] = {}
+        complete = True
         for run in runs:
+            mine = seed_losses(root, run)
+            complete = complete and bool(mine)
+            for key, (k, m) in mine.items():
+                a, b = by_seed.get(key, (0, 0))
+                by_seed[key] = (a + k, b + m)
             got = losses(root, run)
             if got is None:
                 per.append(f"{run}: no evals")
@@ -138,7 +182,9 @@ def pooled(root: Path, groups: dict[str, list[str]]) -> str:
                 won += vs_random["win"]
                 played += int(vs_random["n"])
         wins = rate(round(won), played) if played else "-"
-        out.append(f"| {name} | {len(runs)} | {'; '.join(per)} | {rate(lost, n)} | {n} | {wins} | {played} |")
+        clustered = clustered_rate(list(by_seed.values())) if complete else "-"
+        out.append(f"| {name} | {len(runs)} | {'; '.join(per)} | {rate(lost, n)} | {n} | {wins} | {played} | "
+                   f"{clustered} |")
     return "\n".join(out)
 
 
