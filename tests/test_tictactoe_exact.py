@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -306,3 +307,14 @@ def test_seeded_line_replays_sampled_games_and_the_seed_draw_script_flags_anothe
     other = sample(_shortcut("first-free"))
     assert mod.main([f"{exact_json}={results(other, 'other.jsonl')}", "--fresh", "10"]) == 3
     assert "not the walked player's games" in capsys.readouterr().err
+    # an errored game counts as lost and is not replayed; games against two opponents are refused (exit 2)
+    errored = tmp_path / "errored.jsonl"
+    errored.write_text(json.dumps({"task": games[0].task, "info": {}, "metrics": {}, "error": "server died"}) + "\n")
+    assert mod.main([f"{exact_json}={errored}", "--fresh", "10"]) == 3
+    row = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("| scripted:copy-centre |"))
+    assert row.split(" | ")[1:4] == ["1", "0", "100.00"]
+    mixed = tmp_path / "mixed.jsonl"
+    other_opponent = {"task": {**games[0].task, "random_move_prob": 1.0}, "info": games[0].info, "metrics": {}}
+    mixed.write_text(Path(results(games, "own.jsonl")).read_text() + json.dumps(other_opponent) + "\n")
+    assert mod.main([f"{exact_json}={mixed}", "--fresh", "10"]) == 2
+    assert "mix opponents" in capsys.readouterr().err

@@ -12,7 +12,9 @@ same result; the games lost (`--outcome win`: won) as sampled, as the walk plays
 the walk plays `--fresh` new seeds (half with each side starting). When the sampled and the exact rates differ but
 every game is replayed, the difference is the seeds' draw, not the model -- and models evaluated on the same seeds
 share that draw, so their pooled games are not independent samples. The pooled row sums the models. Exits 3 when
-a sampled game is not replayed (the games are not of the walked player, or its play depends on the batch).
+a sampled game is not replayed (the games are not of the walked player, or its play depends on the batch; an
+errored game, counted as lost, is never replayed), 2 for bad input (a walk of several models, games without
+`x_starts` or against mixed opponents).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +37,19 @@ def read_walk(path: Path, outcome: str = "loss") -> tuple[str, float, list[Line]
     if len(data) != 1:
         raise ValueError(f"{path}: holds {len(data)} models; give a walk of one")
     (uri, res), = data.items()
-    fields = ("x_starts", "choices", "weight", "status", "moves", "invalid_moves", "lead", "diverged")
-    return uri, float(res[outcome]), [Line(**{k: line[k] for k in fields if k in line}) for line in res["lines"]]
+    names = {f.name for f in fields(Line)}
+    return uri, float(res[outcome]), [Line(**{k: v for k, v in line.items() if k in names}) for line in res["lines"]]
 
 
 def check(lines: list[Line], rows: list[dict[str, Any]], fresh: int, outcome: str = "loss") -> dict[str, Any]:
     """Replay every sampled game on the walk and count the games of `outcome` each way (see the module docstring):
     keys games, replayed, not_replayed (their seeds), sampled, walk (the walk on the same seeds), fresh (seeds
-    walked) and walk_fresh."""
+    walked) and walk_fresh. An errored sampled game is a loss; a draw the walk does not cover (its errored lines,
+    which have no moves) is one too, as `exact_games` counts them."""
     hit = OUTCOMES[outcome]
+
+    def scored(line: Line | None) -> bool:
+        return line.status in hit if line is not None else outcome == "loss"
     out = {"games": len(rows), "replayed": 0, "sampled": 0, "walk": 0, "not_replayed": []}
     for row in rows:
         task = row["task"]
@@ -51,10 +58,11 @@ def check(lines: list[Line], rows: list[dict[str, Any]], fresh: int, outcome: st
         p = float(task.get("random_move_prob", 0.0))
         line = seeded_line(lines, int(task["seed"]), bool(task["x_starts"]), p, task.get("opponent_style", "uniform"))
         result = (row.get("info") or {}).get("result") or {}
-        got = float((row.get("metrics") or {}).get(outcome, 0.0)) > 0
+        errored = row.get("error") is not None
+        got = outcome == "loss" if errored else float((row.get("metrics") or {}).get(outcome, 0.0)) > 0
         out["sampled"] += got
-        out["walk"] += line is not None and line.status in hit
-        if line is not None and line.moves == list(result.get("moves", [])) and (line.status in hit) == got:
+        out["walk"] += scored(line)
+        if not errored and line is not None and line.moves == list(result.get("moves", [])) and scored(line) == got:
             out["replayed"] += 1
         else:
             out["not_replayed"].append(task["seed"])
@@ -64,7 +72,7 @@ def check(lines: list[Line], rows: list[dict[str, Any]], fresh: int, outcome: st
     p = opponents.pop()
     walked = [seeded_line(lines, 10**9 + i, i % 2 == 0, p) for i in range(fresh)]
     out["fresh"] = fresh
-    out["walk_fresh"] = sum(line is not None and line.status in hit for line in walked)
+    out["walk_fresh"] = sum(map(scored, walked))
     return out
 
 
@@ -89,9 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     exact_sum, bad = 0.0, 0
     for pair in args.pairs:
         walk, _, results = pair.partition("=")
-        uri, exact, lines = read_walk(Path(walk), args.outcome)
         rows = [json.loads(s) for f in results.split(",") for s in Path(f).read_text().splitlines() if s.strip()]
-        r = check(lines, rows, args.fresh, args.outcome)
+        try:
+            uri, exact, lines = read_walk(Path(walk), args.outcome)
+            r = check(lines, rows, args.fresh, args.outcome)
+        except (ValueError, KeyError) as e:
+            print(f"seed_draw.py: {pair}: {e}", file=sys.stderr)
+            return 2
         n = max(r["games"], 1)
         print(f"| {uri} | {r['games']} | {r['replayed']} | {100 * r['sampled'] / n:.2f} | "
               f"{100 * r['walk'] / n:.2f} | {100 * exact:.2f} | {100 * r['walk_fresh'] / max(r['fresh'], 1):.2f} |")
