@@ -36,11 +36,14 @@ def test_table_splits_quiet_positions_by_visits() -> None:
     # the model keeps the value on CENTRE, loses it on CORNER; of the unvisited ones only `other` was evaluated
     _, rows = mod.table(counts, {"rl": {CENTRE: 1.0, CORNER: 0.0, other: 1.0}})
     by = _rows(rows)
-    assert by["all quiet"]["n"] == len(quiet) and by["all quiet"]["rl"] == {"optimal": 2.0, "n": 3}
-    assert by["visited by RL games"]["n"] == 2 and by["visited by RL games"]["rl"] == {"optimal": 1.0, "n": 2}
+    assert by["all quiet"]["n"] == len(quiet)
+    assert by["all quiet"]["rl"] == {"optimal": 2.0, "n": 3, "boards": {CENTRE: 1.0, CORNER: 0.0, other: 1.0}}
+    assert by["visited by RL games"]["n"] == 2
+    assert by["visited by RL games"]["rl"] == {"optimal": 1.0, "n": 2, "boards": {CENTRE: 1.0, CORNER: 0.0}}
     often = by[f"visited in >= {mod.OFTEN} games"]
-    assert often["n"] == 1 and often["rl"] == {"optimal": 1.0, "n": 1}
-    assert by["not visited"]["n"] == len(quiet) - 2 and by["not visited"]["rl"] == {"optimal": 1.0, "n": 1}
+    assert often["n"] == 1 and often["rl"] == {"optimal": 1.0, "n": 1, "boards": {CENTRE: 1.0}}
+    assert by["not visited"]["n"] == len(quiet) - 2
+    assert by["not visited"]["rl"] == {"optimal": 1.0, "n": 1, "boards": {other: 1.0}}
     # the ceilings are the shortcut's exact scores on the same positions
     assert often["copy-centre"] == pytest.approx(100 * position_scores("copy-centre", [CENTRE])["optimal"])
     assert by["visited by RL games"]["copy"] == pytest.approx(
@@ -72,3 +75,35 @@ def test_pool_adds_runs_row_by_row(tmp_path: Path, capsys) -> None:  # type: ign
     _, c = mod.table(Counter({CORNER: 3}), {"other": {CORNER: 1.0}, "rl": {CORNER: 0.0}})
     with pytest.raises(SystemExit, match="different models"):
         mod.pool([{"rows": a}, {"rows": c}])
+
+
+def _width(cell: str) -> float:
+    lo, hi = cell.split("(")[1].rstrip(")").split("-")
+    return float(hi) - float(lo)
+
+
+def test_pool_clusters_pairs_by_position() -> None:
+    """Two runs that visit the same ten positions, scored by one shared start: the twenty (run, position) pairs
+    are ten answers given twice, so the pooled interval is as wide as one run's, not Wilson's over twenty pairs;
+    outputs without each position's answer (written before) fall back to Wilson's, and say so."""
+    mod = _module()
+    quiet = [b for b in P.positions("all") if P.analyze(b).kind == "quiet"][:10]
+    start = {b: float(i % 2) for i, b in enumerate(quiet)}  # half kept
+    _, a = mod.table(Counter({b: 1 for b in quiet}), {"start": start})
+    _, b = mod.table(Counter({b: 1 for b in quiet}), {"start": start})
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in mod.pool([{"rows": a}, {"rows": b}]).splitlines() if line.startswith("| ")}
+    one = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+           for line in mod.pool([{"rows": a}]).splitlines() if line.startswith("| ")}
+    assert "clustered by position" in mod.pool([{"rows": a}, {"rows": b}])
+    both, single = cells["visited by RL games"], one["visited by RL games"]
+    assert both[0] == "20" and both[1].startswith("50.0 (") and single[1].startswith("50.0 (")
+    assert _width(both[1]) == pytest.approx(_width(single[1]), abs=0.11)
+    assert _width(mod.rate(10, 20)) < 0.8 * _width(both[1])
+    # outputs from before the answers were stored: Wilson over the pairs, with the note
+    old = [{k: ({"optimal": v["optimal"], "n": v["n"]} if isinstance(v, dict) else v) for k, v in r.items()}
+           for r in a]
+    legacy = mod.pool([{"rows": old}, {"rows": old}])
+    assert "Wilson" in legacy and "too narrow" in legacy
+    row = next(line for line in legacy.splitlines() if line.startswith("| visited by RL games"))
+    assert row.split("|")[3].strip() == mod.rate(10, 20)

@@ -9,7 +9,8 @@ import pytest
 
 from toolgym import Rubric, RewardError, ScriptedPolicy, StatefulToolEnv, env_tool, run_rollout
 from toolgym.policies.scripted import call
-from toolgym.stats import breakdown, mean_ci, pass_at_k, pass_hat_k, summarize, tool_accuracy, wilson
+from toolgym.stats import (breakdown, clustered_interval, mean_ci, pass_at_k, pass_hat_k, summarize, tool_accuracy,
+                           wilson)
 from toolgym.types import AssistantTurn, CallRecord, Trajectory
 
 
@@ -156,6 +157,20 @@ def test_mean_ci_by_hand() -> None:
     assert r["lo"] == pytest.approx(2.0 - r["ci95"]) and r["hi"] == pytest.approx(2.0 + r["ci95"])
     assert mean_ci([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1, "lo": 5.0, "hi": 5.0}
     assert math.isnan(mean_ci([])["mean"])
+
+
+def test_clustered_interval_by_hand() -> None:
+    # one sample per cluster: Wilson's interval at n - 1 (the variance's C / (C - 1) factor)
+    p, lo, hi = clustered_interval([(1, 1)] * 30 + [(0, 1)] * 70)
+    assert p == pytest.approx(0.3) and (lo, hi) == pytest.approx(wilson(0.3 * 99, 99))
+    # each sample counted twice (two models that answer every task alike): the same interval, not a narrower one
+    assert clustered_interval([(2, 2)] * 30 + [(0, 2)] * 70) == pytest.approx((p, lo, hi))
+    assert wilson(60, 200)[1] - wilson(60, 200)[0] < 0.8 * (hi - lo)
+    # clusters that all hold the same rate: no spread between them, so no narrower than the samples independent
+    assert clustered_interval([(1, 2)] * 50) == pytest.approx((0.5, *wilson(50, 100)))
+    # at 0 %: not empty, each cluster one sample
+    assert clustered_interval([(0, 3)] * 10) == pytest.approx((0.0, *wilson(0, 10)))
+    assert all(math.isnan(v) for v in clustered_interval([(1, 1)])) and math.isnan(clustered_interval([])[0])
 
 
 def test_rates_get_wilson_intervals() -> None:

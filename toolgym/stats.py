@@ -30,6 +30,38 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def clustered_interval(clusters: Iterable[tuple[float, int]], z: float = 1.96) -> tuple[float, float, float]:
+    """A pooled rate with a 95 % interval for samples that come in clusters whose members may be alike: `clusters`
+    holds (successes, n) per cluster; the result is (rate, lo, hi), the rate being total successes / total n. Use it
+    when several models are scored on the same tasks (a cluster is one task's results across the models: they share
+    its difficulty and its draw), where `wilson` over the pooled count treats them as independent and is too narrow.
+
+    The spread comes from the cluster-robust (sandwich, Liang-Zeger) variance of a ratio with the small-sample factor
+    C / (C - 1), sum_c (y_c - p n_c)^2 / N^2 over C clusters; the interval is Wilson's at the effective sample size
+    that variance implies (N over the design effect, Kish), never more than N, so it stays inside [0, 1] and is
+    not empty at 0 % or 100 % (there, with no spread to measure, each cluster counts as one sample). NaNs for fewer
+    than two clusters or no samples."""
+    clusters = list(clusters)
+    total = sum(n for _, n in clusters)
+    if len(clusters) < 2 or not total:
+        return float("nan"), float("nan"), float("nan")
+    p = sum(k for k, _ in clusters) / total
+    var = len(clusters) / (len(clusters) - 1) * sum((k - p * n) ** 2 for k, n in clusters) / total ** 2
+    if 0 < p < 1:
+        n_eff = min(float(total), p * (1 - p) / var) if var > 0 else float(total)
+    else:
+        n_eff = float(len(clusters))
+    lo, hi = _wilson_float(p, n_eff, z)
+    return p, lo, hi
+
+
+def _wilson_float(p: float, n: float, z: float) -> tuple[float, float]:
+    """`wilson` for a rate p over a (possibly fractional, effective) sample size n > 0."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, min(centre - half, p)), min(1.0, max(centre + half, p))
+
+
 def mean_ci(values: list[float]) -> dict[str, float]:
     """Mean, the half-width of its normal-approximation 95 % CI (0 for fewer than two values) and the interval
     `lo`..`hi`: the Wilson interval when every value is 0 or 1 (a rate), else mean +- ci95."""

@@ -13,7 +13,11 @@ step's worth); not visited; each also for the held-out split alone.
 
 `--pool` adds up the `--json` outputs of several runs (the seeds of one recipe, each with its own model and its own
 visited set) row by row: a position counts once per run whose row holds it, and each shortcut ceiling is weighted
-by the row's positions, so the pooled ceiling is the one of the same (run, position) pairs.
+by the row's positions, so the pooled ceiling is the one of the same (run, position) pairs. The (run, position)
+pairs of one position are not independent samples -- the position's difficulty is shared, and a model the runs share
+(the start) answers it once for all of them -- so the pooled intervals are clustered by position
+(`toolgym.stats.clustered_interval`); outputs written before the JSON held each position's answer get Wilson's
+interval over the pairs, which is too narrow, and a line saying so.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from toolgym.journal import read_results
-from toolgym.stats import wilson
+from toolgym.stats import clustered_interval, wilson
 from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 from toolgym_tictactoe import positions_shown
@@ -76,7 +80,8 @@ def table(counts: Counter[str], evals: dict[str, dict[str, float]]) -> tuple[str
         cells = [name, str(len(boards))]
         for m, by_board in evals.items():
             scored = [by_board[b] for b in boards if b in by_board]
-            row[m] = {"optimal": sum(scored), "n": len(scored)}
+            row[m] = {"optimal": sum(scored), "n": len(scored),
+                      "boards": {b: by_board[b] for b in boards if b in by_board}}
             cells.append(rate(sum(scored), len(scored)))
         for s in SHORTCUT_COLUMNS:
             v = 100 * position_scores(s, boards)["optimal"] if boards else float("nan")
@@ -87,9 +92,26 @@ def table(counts: Counter[str], evals: dict[str, dict[str, float]]) -> tuple[str
     return "\n".join(lines), rows
 
 
+def pooled_rate(rows: list[dict[str, object]], model: str) -> tuple[str, bool]:
+    """One model's pooled cell over the runs' rows and whether its interval is clustered by position (every row
+    holds its positions' answers) or Wilson's over the (run, position) pairs (outputs without them)."""
+    cells = [r[model] for r in rows]
+    if all("boards" in c for c in cells):  # type: ignore[operator]
+        by_position: dict[str, tuple[float, int]] = {}
+        for c in cells:
+            for b, v in c["boards"].items():  # type: ignore[index,union-attr]
+                k, n = by_position.get(b, (0.0, 0))
+                by_position[b] = (k + float(v), n + 1)
+        if len(by_position) < 2:
+            return rate(sum(k for k, _ in by_position.values()), sum(n for _, n in by_position.values())), True
+        p, lo, hi = clustered_interval(by_position.values())
+        return f"{100 * p:.1f} ({100 * lo:.1f}-{100 * hi:.1f})", True
+    return rate(sum(c["optimal"] for c in cells), sum(c["n"] for c in cells)), False  # type: ignore[index,misc]
+
+
 def pool(outputs: list[dict[str, object]]) -> str:
     """The rows of several runs' `--json` outputs added up (see the module docstring); every run must have the same
-    rows and model names."""
+    rows and model names. Intervals: 95 %, clustered by position where the outputs hold each position's answer."""
     names = [[r["positions"] for r in o["rows"]] for o in outputs]  # type: ignore[index,union-attr]
     if any(n != names[0] for n in names):
         raise SystemExit("--pool: the outputs have different rows")
@@ -98,18 +120,26 @@ def pool(outputs: list[dict[str, object]]) -> str:
     if any([k for k, v in o["rows"][0].items() if isinstance(v, dict)] != models  # type: ignore[index,union-attr]
            for o in outputs):
         raise SystemExit("--pool: the outputs name different models")
-    head = ["positions", "n (run, position)", *[f"{m} optimal %" for m in models],
-            *[f"`{s}` ceiling %" for s in SHORTCUT_COLUMNS]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body, clustered = [], True
     for i, name in enumerate(names[0]):
         rows = [o["rows"][i] for o in outputs]  # type: ignore[index]
         n = sum(int(r["n"]) for r in rows)
         cells = [str(name), str(n)]
         for m in models:
-            cells.append(rate(sum(r[m]["optimal"] for r in rows), sum(r[m]["n"] for r in rows)))
+            cell, by_position = pooled_rate(rows, m)
+            clustered = clustered and by_position
+            cells.append(cell)
         for s in SHORTCUT_COLUMNS:
             cells.append(f"{sum(r[s] * r['n'] for r in rows if r['n']) / n:.1f}" if n else "-")
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append("| " + " | ".join(cells) + " |")
+    how = "95 % CI clustered by position" if clustered else "95 % Wilson CI"
+    head = ["positions", "n (run, position)", *[f"{m} optimal % ({how})" for m in models],
+            *[f"`{s}` ceiling %" for s in SHORTCUT_COLUMNS]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *body]
+    if not clustered:
+        lines.append("\n(These outputs do not hold each position's answer, so the intervals treat the (run, position) "
+                     "pairs as independent and are too narrow: run discovery.py again for intervals clustered by "
+                     "position.)")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from toolgym.eval import read_results
-from toolgym.stats import wilson
+from toolgym.stats import clustered_interval, wilson
 
 SEEDS = ("12345", "777")
 
@@ -135,16 +135,13 @@ def seed_losses(root: Path, model: str) -> dict[str, tuple[int, int]]:
 
 def clustered_rate(clusters: list[tuple[int, int]]) -> str:
     """'5.9 (4.3-7.5)': the pooled rate of (lost, games) clusters with a 95 % interval that lets the games of one
-    cluster be alike -- the cluster-robust (sandwich) variance of a ratio, C / (C - 1) * sum (y_c - p n_c)^2 / N^2.
-    For models evaluated on the same seeds, a cluster is one seed's games across the models: they share who starts
-    and the opponent's reply on every board they both reach, so they are not independent samples."""
-    total = sum(n for _, n in clusters)
-    if len(clusters) < 2 or not total:
+    cluster be alike (`toolgym.stats.clustered_interval`, the cluster-robust variance of a ratio). For models
+    evaluated on the same seeds, a cluster is one seed's games across the models: they share who starts and the
+    opponent's reply on every board they both reach, so they are not independent samples."""
+    p, lo, hi = clustered_interval(clusters)
+    if math.isnan(p):
         return "-"
-    p = sum(k for k, _ in clusters) / total
-    var = len(clusters) / (len(clusters) - 1) * sum((k - p * n) ** 2 for k, n in clusters) / total ** 2
-    half = 1.959963984540054 * math.sqrt(var)
-    return f"{100 * p:.1f} ({100 * max(p - half, 0.0):.1f}-{100 * min(p + half, 1.0):.1f})"
+    return f"{100 * p:.1f} ({100 * lo:.1f}-{100 * hi:.1f})"
 
 
 def pooled(root: Path, groups: dict[str, list[str]]) -> str:
