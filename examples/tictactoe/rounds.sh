@@ -639,7 +639,8 @@ case "$1" in
     # the fresh seeds 4711 + 6007 and 200 against the random one on 4711 (seeds no earlier eval used; the start too),
     # every quiet position and discovery.py per run and pooled, the pooled results table, and each model through
     # toolgym serve (served_exact.py, both opponents; the start and the committed default too), and the fresh-seed
-    # games checked against each exact walk (seed_draw.py: how much of them is the seeds' draw). Each run's kept
+    # games checked against each exact walk (seed_draw.py: how much of them is the seeds' draw), and where the wins
+    # against random play are lost (win_shortfall.py). Each run's kept
     # weights (best/) are the ones tested. BEST=t10-mix05-kl01-sym3-keep PNG=forced_mix.png: the same for that arm;
     # BEST=t10-opt-kl01-sym3-keep100 PNG=forced_keep100.png: the twenty-fifth round's
     BEST=${BEST:-t10-opt-kl01-sym3-best} N=$R/forced-late S=$R/forced-late/sft2/final B=()
@@ -674,6 +675,9 @@ case "$1" in
     done
     python $X/seed_draw.py "${D[@]}"
     python $X/seed_draw.py "${W[@]}" --outcome win --fresh 5000
+    # where the kept models leave wins against random play, against the never-losing bound (win_shortfall.py)
+    python $X/win_shortfall.py $(for a in "${B[@]}"; do printf '%s ' "$R/eval/exact/forced-$a-best-random.json=$N/$a"; done) \
+      --start $R/eval/exact/forced-late-sft-random.json
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/${PNG:-forced_best.png} ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
@@ -689,6 +693,7 @@ case "$1" in
     # ARMS=t10-opt-kl01-sym3-keep100-seed11 (12, 13): that arm trained on to step 100 (docs: "twenty-fifth round")
     # ARMS=t10-mix05-kl01-sym3-keep-seed11 (12, 13): kept the same way, the games that are not restarted against an
     # opponent whose random-move probability is drawn up to 0.5 instead of the optimal one (docs: "where it stands")
+    # ARMS=t10-mix05-kl01-sym3-keep100-seed14 (15): both, over 100 steps (docs: "twenty-sixth round")
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -710,6 +715,9 @@ case "$1" in
         # a move that sets a trap for a weaker player does), for the wins against random
         t10-mix05-kl01-sym3-keep-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss -s best_from_step=20
                                                 -s "task_schedule=[$(p 0 0.5)]") ;;
+        # ... both: the weaker opponents of the arm above and the 100 steps of keep100 (twenty-sixth round)
+        t10-mix05-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
+                                                   -s best_from_step=20 -s max_steps=100 -s "task_schedule=[$(p 0 0.5)]") ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \

@@ -75,9 +75,11 @@
 #   forced-exact  after forced-sym3: two more seeds of its arm with the periodic eval exact every 5 steps (eval_exact)
 #           (ARMS=t10-opt-kl01-sym3-best-seedN: and back to the best weights by the exact eval, revert_to_best;
 #           ARMS=t10-mix05-kl01-sym3-keep-seedN: the best kept, the games not restarted against weaker opponents;
-#           ARMS=t10-opt-kl01-sym3-keep100-seedN: the best kept over 100 steps)
+#           ARMS=t10-opt-kl01-sym3-keep100-seedN: the best kept over 100 steps;
+#           ARMS=t10-mix05-kl01-sym3-keep100-seedN: both, the weaker opponents and the 100 steps)
 #   forced-best-summary  after the best arms of forced-exact: fresh-seed games, quiet positions, discovery, curves,
-#           each kept model through toolgym serve (served_exact.py); BEST=t10-mix05-kl01-sym3-keep (or
+#           each kept model through toolgym serve (served_exact.py), where the wins vs random are lost
+#           (win_shortfall.py); BEST=t10-mix05-kl01-sym3-keep (or
 #           t10-opt-kl01-sym3-keep100, with PNG=forced_keep100.png) for that arm
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
