@@ -694,6 +694,7 @@ case "$1" in
     # ARMS=t10-mix05-kl01-sym3-keep-seed11 (12, 13): kept the same way, the games that are not restarted against an
     # opponent whose random-move probability is drawn up to 0.5 instead of the optimal one (docs: "where it stands")
     # ARMS=t10-mix05-kl01-sym3-keep100-seed14 (15): both, over 100 steps (docs: "twenty-sixth round")
+    # ARMS=t10-mix05-kl01-sym3-both100-seedN: that, with the best kept by losses less wins against random play
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -718,6 +719,12 @@ case "$1" in
         # ... both: the weaker opponents of the arm above and the 100 steps of keep100 (twenty-sixth round)
         t10-mix05-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
                                                    -s best_from_step=20 -s max_steps=100 -s "task_schedule=[$(p 0 0.5)]") ;;
+        # ... the same, the best kept by both exact measures: losses against the optimal opponent less wins against
+        # the random one, walked at every eval (eval_sets; about 1.5-2.5 min more an eval on these cores)
+        t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
+          -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
+          -s eval_sets.random.max_random_move_prob=1
+          -s 'best_metric={"eval/exact/loss": 1, "eval/random/exact/win": -1}') ;;
         *) echo "unknown arm $a"; exit 2 ;;
       esac
       timed forced-$a long toolgym train $X/forced_grpo.toml -s model=$N/sft2/final -s output_dir=$N/$a "${MORE[@]}" \

@@ -37,6 +37,23 @@ def test_periodic_eval_is_the_exact_walk(tiny_model: Path, tmp_path: Path) -> No
     assert not any(k.startswith("eval/") and not k.startswith("eval/exact/") for k in ev)  # no sampled eval beside it
 
 
+def test_eval_sets_walk_against_another_opponent(tiny_model: Path, tmp_path: Path) -> None:
+    """`eval_sets`: a second exact walk at every eval, against the random opponent, logged as eval/random/exact/...
+    (the untrained model: X first, one line stuck at the empty board; O first, one line per random opening);
+    a misspelt env argument in a set is refused before the run starts."""
+    from toolgym.train.grpo import GRPOTrainer, run_grpo
+    from toolgym.train.runstate import read_metrics
+
+    rnd = {"min_random_move_prob": 1.0, "max_random_move_prob": 1.0}
+    run_grpo(_cfg(tiny_model, tmp_path / "run", eval_sets={"random": rnd},
+                  best_metric={"eval/exact/loss": 1.0, "eval/random/exact/win": -1.0}))
+    (ev,) = [m for m in read_metrics(tmp_path / "run") if "eval/exact/loss" in m]
+    assert ev["eval/random/exact/lines"] == 10.0 and ev["eval/random/exact/capped"] == pytest.approx(1.0)
+    assert ev["best/value"] == pytest.approx(ev["eval/exact/loss"] - ev["eval/random/exact/win"])
+    with pytest.raises(ValueError, match="config eval_sets.random: .*no_such"):
+        GRPOTrainer(_cfg(tiny_model, tmp_path / "b", eval_sets={"random": {**rnd, "no_such": 1}}))
+
+
 def test_eval_exact_is_refused_where_it_cannot_run(tiny_model: Path, tmp_path: Path) -> None:
     from toolgym.train.grpo import GRPOTrainer
 

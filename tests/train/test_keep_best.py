@@ -120,15 +120,50 @@ def test_a_run_ends_on_its_best_and_a_resume_keeps_it(tiny_model: Path, tmp_path
 def test_refused_configs(tiny_model: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="set eval_every too"):
         _cfg(tiny_model, tmp_path, eval_every=0)
-    with pytest.raises(ValueError, match=r"logs eval/exact/\.\.\."):
+    with pytest.raises(ValueError, match=r"logs eval/\[SET/\]exact/\.\.\."):
         _cfg(tiny_model, tmp_path, eval_exact=True)
     with pytest.raises(ValueError, match="eval_exact is off"):
         _cfg(tiny_model, tmp_path, best_metric="eval/exact/loss")
     with pytest.raises(ValueError, match="with ema_decay"):
         _cfg(tiny_model, tmp_path, ema_decay=0.5)
+    with pytest.raises(ValueError, match="eval_exact is off"):
+        _cfg(tiny_model, tmp_path, best_metric={"eval/reward": 1.0, "eval/r/exact/win": -1.0}, eval_sets={"r": {}})
+    with pytest.raises(ValueError, match="an empty weighted sum"):
+        _cfg(tiny_model, tmp_path, best_metric={})
+    for name in ("exact", "a/b", ""):
+        with pytest.raises(ValueError, match="not a name for an eval"):
+            _cfg(tiny_model, tmp_path, eval_sets={name: {}})
+    with pytest.raises(ValueError, match="eval_sets run with the periodic eval"):
+        _cfg(tiny_model, tmp_path, eval_every=0, best_metric=None, eval_sets={"r": {}})
+    assert _cfg(tiny_model, tmp_path, eval_exact=True, best_metric={"eval/exact/loss": 1.0, "eval/r/exact/win": -1.0},
+                eval_sets={"r": {}}).eval_sets == {"r": {}}
     for kw in (dict(revert_to_best=True), dict(best_from_step=3), dict(greater_is_better=True)):
         with pytest.raises(ValueError, match="act on best_metric"):
             _cfg(tiny_model, tmp_path, best_metric=None, **kw)
+
+
+def test_eval_sets_and_a_weighted_best(tiny_model: Path, tmp_path: Path) -> None:
+    """`eval_sets` run beside the periodic eval and log eval/NAME/...: a set with no overrides is the same greedy
+    eval of the same tasks, so it logs the same numbers; `best_metric` as {metric: weight} keeps the best of the
+    weighted sum, and every metric it names must be logged."""
+    from toolgym.train.grpo import GRPOTrainer, run_grpo
+
+    out = tmp_path / "run"
+    weights = {"eval/reward": 1.0, "eval/same/reward": -3.0}
+    run_grpo(_cfg(tiny_model, out, max_steps=3, eval_sets={"same": {}}, best_metric=weights), env=DigitsEnv())
+    rows = read_metrics(out)
+    assert all(r["eval/same/reward"] == r["eval/reward"] and r["eval/same/rollouts"] == r["eval/rollouts"]
+               for r in rows)
+    best = min(rows, key=lambda r: (-2 * r["eval/reward"], -r["step"]))  # lower is better; a tie: the later step
+    assert json.loads((out / "best" / "best.json").read_text()) == {
+        "step": best["step"], "metric": weights, "value": pytest.approx(-2 * best["eval/reward"])}
+    tr = GRPOTrainer(_cfg(tiny_model, tmp_path / "b", best_metric={"eval/reward": 1.0, "eval/b/reward": -2.0},
+                          eval_sets={"b": {}}), env=DigitsEnv())
+    tr.step = 1
+    assert tr.keep_best({"eval/reward": 0.5, "eval/b/reward": 0.2}) == {"best/step": 1.0,
+                                                                        "best/value": pytest.approx(0.1)}
+    with pytest.raises(ValueError, match=r"'eval/b/reward': the periodic eval logged no such metric"):
+        tr.keep_best({"eval/reward": 0.5})
 
 
 def test_a_resume_cannot_go_back_to_a_best_kept_without_its_state(tiny_model: Path, tmp_path: Path) -> None:

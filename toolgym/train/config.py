@@ -8,6 +8,7 @@ dicts, e.g. `env_args.max_random_move_prob=0.25`).
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -153,8 +154,16 @@ class GRPOConfig(ModelTrainConfig):
         "`exact_eval` (every episode the greedy policy can meet, weighted by its chance; tic-tac-toe: whole games "
         "against the optimal or the random opponent), logged as eval/exact/...; eval_examples is then unused. Needs "
         "eval_every.")
-    best_metric: str | None = Field(None, description="Keep the best weights by this periodic-eval metric (as "
-        "Hugging Face's metric_for_best_model), e.g. \"eval/exact/loss\" or \"eval/metrics/loss\": each eval "
+    eval_sets: dict[str, dict[str, Any]] = Field(default_factory=dict, description="More periodic evals, by name: "
+        "each runs with every periodic eval, as it does (sampled on the same task seed, or exact), with these env "
+        "argument overrides on top of eval_env_args, and logs eval/NAME/... (Hugging Face's eval_dataset as a "
+        "dict). E.g. {random = {min_random_move_prob = 1, max_random_move_prob = 1}} beside an exact eval "
+        "against the optimal opponent logs eval/random/exact/win; best_metric may name it. Names: letters, "
+        "digits, _ and -, not exact, metrics or rewards.")
+    best_metric: str | dict[str, float] | None = Field(None, description="Keep the best weights by this "
+        "periodic-eval metric (as Hugging Face's metric_for_best_model), e.g. \"eval/exact/loss\" or "
+        "\"eval/metrics/loss\", or by a weighted sum of several, {metric = weight, ...} (e.g. {\"eval/exact/loss\" "
+        "= 1, \"eval/random/exact/win\" = -1}: losses against one opponent less wins against another): each eval "
         "that is at least as good as the best so far (a tie goes to the later step) writes OUTPUT/best/ (HF "
         "weights + best.json: step, metric, value). Needs eval_every. Lower is better unless greater_is_better.")
     greater_is_better: bool = Field(False, description="best_metric: higher values are better.")
@@ -177,13 +186,26 @@ class GRPOConfig(ModelTrainConfig):
             raise ValueError(f"task_schedule: from_step must start at 0 and increase (got {starts})")
         if self.eval_exact and not self.eval_every:
             raise ValueError("eval_exact makes the periodic eval exact: set eval_every too")
+        for name in self.eval_sets:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or name in ("exact", "metrics", "rewards"):
+                raise ValueError(f"eval_sets: {name!r} is not a name for an eval (letters, digits, _ and -; not "
+                                 "exact, metrics or rewards, which the periodic eval logs itself)")
+        if self.eval_sets and not self.eval_every:
+            raise ValueError("eval_sets run with the periodic eval: set eval_every too")
         if self.best_metric is not None:
             if not self.eval_every:
                 raise ValueError("best_metric reads the periodic eval: set eval_every too")
-            exact = self.best_metric.startswith("eval/exact/")
-            if exact != self.eval_exact or not self.best_metric.startswith("eval/"):
-                raise ValueError(f"best_metric {self.best_metric!r}: the periodic eval logs "
-                                 f"{'eval/exact/...' if self.eval_exact else 'eval/... (eval_exact is off)'}")
+            names = [self.best_metric] if isinstance(self.best_metric, str) else list(self.best_metric)
+            if not names:
+                raise ValueError("best_metric: an empty weighted sum")
+            for metric in names:
+                parts = metric.split("/")
+                if len(parts) > 2 and parts[1] in self.eval_sets:  # eval/NAME/...: that eval set's metric
+                    parts = [parts[0], *parts[2:]]
+                exact = parts[1:2] == ["exact"]
+                if exact != self.eval_exact or parts[0] != "eval" or len(parts) < 2:
+                    logs = "eval/[SET/]exact/..." if self.eval_exact else "eval/[SET/]... (eval_exact is off)"
+                    raise ValueError(f"best_metric {metric!r}: the periodic eval logs {logs}")
             if self.ema_decay:
                 raise ValueError("best_metric with ema_decay: the eval scores the average while the optimizer "
                                  "steps the live weights; use one or the other")

@@ -206,6 +206,8 @@ class GRPOTrainer:
             from toolgym.registry import check_env_args
 
             checks = [("env_args", cfg.env_args), ("eval_env_args", {**cfg.env_args, **cfg.eval_env_args})]
+            checks += [(f"eval_sets.{name}", {**cfg.env_args, **cfg.eval_env_args, **args})
+                       for name, args in cfg.eval_sets.items()]
             checks += [(f"task_schedule[{k}].env_args", {**cfg.env_args, **p.env_args})
                        for k, p in enumerate(cfg.task_schedule)]
             for field, args in checks:
@@ -667,13 +669,15 @@ class GRPOTrainer:
         cfg = self.cfg
         name = cfg.best_metric
         assert name is not None
-        if name not in rec:
-            have = sorted(k for k in rec if k.startswith("eval/"))
-            raise ValueError(f"best_metric {name!r}: the periodic eval logged no such metric (it logged: "
-                             f"{', '.join(have)})")
+        weights = {name: 1.0} if isinstance(name, str) else name
+        for metric in weights:
+            if metric not in rec:
+                have = sorted(k for k in rec if k.startswith("eval/"))
+                raise ValueError(f"best_metric {metric!r}: the periodic eval logged no such metric (it logged: "
+                                 f"{', '.join(have)})")
         if self.step < cfg.best_from_step:
             return {}
-        value = float(rec[name])
+        value = sum(w * float(rec[metric]) for metric, w in weights.items())
         if not math.isfinite(value):  # an eval that measured nothing (0 / 0): neither a best nor a reason to go back
             logging.getLogger("toolgym.train").warning("step %d: %s = %g is not a number: not compared with the best",
                                                        self.step, name, value)
@@ -764,17 +768,24 @@ class GRPOTrainer:
                         max_batch=self.cfg.concurrency, lockstep=self.cfg.deterministic, **kwargs)
 
     async def _greedy_eval(self) -> dict[str, float]:
+        """The periodic eval (eval/...) and each of `eval_sets` (eval/NAME/...), greedy."""
+        out = await self._greedy_eval_one("eval/", {})
+        for name, args in self.cfg.eval_sets.items():
+            out.update(await self._greedy_eval_one(f"eval/{name}/", args))
+        return out
+
+    async def _greedy_eval_one(self, prefix: str, env_args: dict[str, Any]) -> dict[str, float]:
         from toolgym.registry import load_env
         from toolgym.rollout import run_rollouts
 
         cfg = self.cfg
-        env = load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args})
+        env = load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args, **env_args})
         pol = self._greedy_policy()
         self.model.eval()
         if cfg.eval_exact:
             try:
                 await env.start()
-                return {f"eval/exact/{k}": float(v) for k, v in (await env.exact_eval(pol)).items()}
+                return {f"{prefix}exact/{k}": float(v) for k, v in (await env.exact_eval(pol)).items()}
             finally:
                 await pol.aclose()
                 await env.aclose()
@@ -791,7 +802,7 @@ class GRPOTrainer:
         finally:
             await pol.aclose()
             await env.aclose()
-        return {f"eval/{k}": v for k, v in rollout_metrics(trajs).items()}
+        return {f"{prefix}{k}": v for k, v in rollout_metrics(trajs).items()}
 
     def run(self) -> dict[str, Any]:
         """Run the loop. The first SIGINT (Ctrl-C) or SIGTERM cancels it where the event loop next runs (between
