@@ -71,6 +71,11 @@ def test_results_table_from_real_eval_folders(tmp_path: Path, capsys) -> None:  
     assert pools["both"][6].startswith(f"{100 * lost / 24:.1f} (")
     assert pools["alone"][6].startswith(f"{100 * lost / 12:.1f} (")
     assert sum(n for _, n in mod.seed_losses(tmp_path, "random").values()) == 12
+    # a resumed eval's file that holds a re-run of a rollout: still counted once
+    f = next(tmp_path.rglob("*random*optimal*/results.jsonl"), None) or next(
+        p for p in tmp_path.rglob("results.jsonl") if "random" in str(p) and "optimal" in str(p))
+    f.write_text(f.read_text() + f.read_text().splitlines()[0] + "\n")
+    assert sum(n for _, n in mod.seed_losses(tmp_path, "random").values()) == 12
 
 
 def test_clustered_interval_widens_for_games_that_share_a_seed() -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
@@ -295,8 +294,7 @@ def test_seeded_line_replays_sampled_games_and_the_seed_draw_script_flags_anothe
 
     def results(trajs: list[Any], name: str) -> str:
         path = tmp_path / name
-        rows = [{"task": t.task, "info": t.info, "metrics": t.metrics} for t in trajs]
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        path.write_text("".join(json.dumps(t.to_dict(), default=str) + "\n" for t in trajs))  # as toolgym eval
         return str(path)
 
     mod = example_module("examples/tictactoe/seed_draw.py")
@@ -308,13 +306,14 @@ def test_seeded_line_replays_sampled_games_and_the_seed_draw_script_flags_anothe
     assert mod.main([f"{exact_json}={results(other, 'other.jsonl')}", "--fresh", "10"]) == 3
     assert "not the walked player's games" in capsys.readouterr().err
     # an errored game counts as lost and is not replayed; games against two opponents are refused (exit 2)
-    errored = tmp_path / "errored.jsonl"
-    errored.write_text(json.dumps({"task": games[0].task, "info": {}, "metrics": {}, "error": "server died"}) + "\n")
+    errored = results([replace(games[0], info={}, metrics={}, error="server died")], "errored.jsonl")
     assert mod.main([f"{exact_json}={errored}", "--fresh", "10"]) == 3
     row = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("| scripted:copy-centre |"))
     assert row.split(" | ")[1:4] == ["1", "0", "100.00"]
-    mixed = tmp_path / "mixed.jsonl"
-    other_opponent = {"task": {**games[0].task, "random_move_prob": 1.0}, "info": games[0].info, "metrics": {}}
-    mixed.write_text(Path(results(games, "own.jsonl")).read_text() + json.dumps(other_opponent) + "\n")
+    other_opponent = replace(games[0], example_id=10_000, task={**games[0].task, "random_move_prob": 1.0}, metrics={})
+    mixed = results([*games, other_opponent], "mixed.jsonl")
+    (tmp_path / "torn.jsonl").write_text("{not json\n")
+    assert mod.main([f"{exact_json}={tmp_path / 'torn.jsonl'}"]) == 2  # no rollouts: one line, not a table of 0
+    assert "no rollouts" in capsys.readouterr().err
     assert mod.main([f"{exact_json}={mixed}", "--fresh", "10"]) == 2
     assert "mix opponents" in capsys.readouterr().err

@@ -24,10 +24,7 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     is not empty at 0 % or 100 %."""
     if n == 0:
         return float("nan"), float("nan")
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return _wilson_float(successes / n, n, z)
 
 
 def clustered_interval(clusters: Iterable[tuple[float, int]], z: float = 1.96) -> tuple[float, float, float]:
@@ -56,7 +53,8 @@ def clustered_interval(clusters: Iterable[tuple[float, int]], z: float = 1.96) -
 
 
 def _wilson_float(p: float, n: float, z: float) -> tuple[float, float]:
-    """`wilson` for a rate p over a (possibly fractional, effective) sample size n > 0."""
+    """Wilson's interval for a rate p over n > 0 samples (n may be fractional: an effective sample size); it always
+    holds p, and the clamps keep float rounding from pushing a bound past it."""
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, min(centre - half, p)), min(1.0, max(centre + half, p))

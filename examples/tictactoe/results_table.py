@@ -122,12 +122,9 @@ def seed_losses(root: Path, model: str) -> dict[str, tuple[int, int]]:
         f = folder / "results.jsonl"
         if not f.exists():
             return {}
-        for line in f.read_text().splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            lost = row.get("error") is not None or float((row.get("metrics") or {}).get("loss", 0.0)) > 0
-            key = str((row.get("task") or {}).get("seed", row.get("example_id")))
+        for t in read_results(f).values():  # one record per rollout (a resumed file may hold a re-run)
+            lost = t.error is not None or float(t.metrics.get("loss", 0.0)) > 0
+            key = str(t.task.get("seed", t.example_id))
             k, n = out.get(key, (0, 0))
             out[key] = (k + int(lost), n + 1)
     return out

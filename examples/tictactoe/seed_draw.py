@@ -26,6 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from toolgym.journal import read_results
 from toolgym_tictactoe.exact import Line, seeded_line
 
 OUTCOMES = {"loss": ("loss", "in_progress", "error"), "win": ("win",)}  # line statuses, as `exact_games` counts them
@@ -97,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     exact_sum, bad = 0.0, 0
     for pair in args.pairs:
         walk, _, results = pair.partition("=")
-        rows = [json.loads(s) for f in results.split(",") for s in Path(f).read_text().splitlines() if s.strip()]
+        # one record per rollout (a resumed eval's file may hold a re-run of one)
+        rows = [t.to_dict() for f in results.split(",") for t in read_results(Path(f)).values()]
+        if not rows:
+            print(f"seed_draw.py: {results}: no rollouts (toolgym eval's results.jsonl)", file=sys.stderr)
+            return 2
         try:
             uri, exact, lines = read_walk(Path(walk), args.outcome)
             r = check(lines, rows, args.fresh, args.outcome)
