@@ -680,6 +680,22 @@ case "$1" in
       --start $R/eval/exact/forced-late-sft-random.json
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft
     python $X/exact_curve.py $R/eval/exact "${B[@]/#/$N/}" --start forced-late-sft --kept -o $X/${PNG:-forced_best.png} ;;
+  forced-frontier)  # twenty-seventh round (docs: "each checkpoint on both targets"): after forced-exact, every saved
+    # checkpoint of BEST's runs (arms, space-separated) whose exact losses are under 5 % walked against random play,
+    # then frontier.py: the steps that meet both game targets, the most wins under the loss target, each run's
+    # Pareto front, the reference players; PNG (default forced_frontier.png)
+    N=$R/forced-late F=()
+    for b in ${BEST:-t10-opt-kl01-sym3-keep100 t10-mix05-kl01-sym3-keep100}; do
+      for a in $N/$b-seed*; do [ -f $a/metrics.jsonl ] && [ -d $a/final ] && F+=($a); done
+    done
+    [ ${#F[@]} -gt 0 ] || { echo "ARMS=t10-opt-kl01-sym3-keep100-seed11 run.sh forced-exact first"; exit 2; }
+    for a in "${F[@]}"; do  # the kept and the final weights' walks, if forced-exact has not made them
+      exact forced-$(basename $a) $a/final random
+      [ -f $a/best/best.json ] && exact forced-$(basename $a)-best $a/best random
+    done
+    python $X/frontier.py $R/eval/exact "${F[@]}" --missing > $R/frontier-todo.txt
+    while read -r name model; do exact "$name" "$model" random; done < $R/frontier-todo.txt
+    python $X/frontier.py $R/eval/exact "${F[@]}" -o $X/${PNG:-forced_frontier.png} ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
     # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b
@@ -695,6 +711,7 @@ case "$1" in
     # opponent whose random-move probability is drawn up to 0.5 instead of the optimal one (docs: "where it stands")
     # ARMS=t10-mix05-kl01-sym3-keep100-seed14 (15): both, over 100 steps (docs: "twenty-sixth round")
     # ARMS=t10-mix05-kl01-sym3-both100-seedN: that, with the best kept by losses less wins against random play
+    # ARMS=t10-mix05-d08-kl01-sym3-keep100-seed14 (15): keep100-mix05 with a draw worth 0.8 (docs: "twenty-seventh round")
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -721,6 +738,11 @@ case "$1" in
                                                    -s best_from_step=20 -s max_steps=100 -s "task_schedule=[$(p 0 0.5)]") ;;
         # ... the same, the best kept by both exact measures: losses against the optimal opponent less wins against
         # the random one, walked at every eval (eval_sets; about 1.5-2.5 min more an eval on these cores)
+        # ... the weaker opponents and 100 steps of keep100-mix05, a draw worth 0.8 instead of 0.5 (twenty-seventh
+        # round): a trap's win pays 0.2 over a draw and a lost gamble costs 0.8, so a move that loses to the optimal
+        # player must win four times as often as it loses before it pays, where 0.5 made it one to one
+        t10-mix05-d08-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
+          -s best_from_step=20 -s max_steps=100 -s "task_schedule=[$(p 0 0.5)]" -s env_args.draw_reward=0.8) ;;
         t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
           -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
           -s eval_sets.random.max_random_move_prob=1

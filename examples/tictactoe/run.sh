@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tic-tac-toe recipe on CPU with the tiny offline model. Run from the repository root, one phase at a time:
-#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym3 forced-probe forced-sym-soup forced-summary forced-exact forced-best-summary forced-default | table
+#   bash examples/tictactoe/run.sh PHASE      PHASE: synth init sft focus grpo evals | budget rl weak noisy reader nothink | forced forced-start forced-late-start forced-late-build forced-arms forced-trappy forced-restart forced-retry forced-late forced-replay forced-optimal forced-decisive forced-anneal forced-shuffled forced-ema forced-pick forced-slow forced-block forced-temp forced-opt forced-sym forced-sym3 forced-probe forced-sym-soup forced-summary forced-exact forced-best-summary forced-frontier forced-default | table
 # Main line (the committed default model): synth -> init -> sft -> focus (-> grpo: measured, not better).
 #   synth   teacher data: one move on every training position (3,583; the 937 held-out never appear) + teacher games
 #           from the empty board that never pass through a held-out position + draws of a teacher that opens anywhere
@@ -76,11 +76,14 @@
 #           (ARMS=t10-opt-kl01-sym3-best-seedN: and back to the best weights by the exact eval, revert_to_best;
 #           ARMS=t10-mix05-kl01-sym3-keep-seedN: the best kept, the games not restarted against weaker opponents;
 #           ARMS=t10-opt-kl01-sym3-keep100-seedN: the best kept over 100 steps;
-#           ARMS=t10-mix05-kl01-sym3-keep100-seedN: both, the weaker opponents and the 100 steps)
+#           ARMS=t10-mix05-kl01-sym3-keep100-seedN: both, the weaker opponents and the 100 steps;
+#           ARMS=t10-mix05-d08-kl01-sym3-keep100-seedN: that, a draw worth 0.8 instead of 0.5)
 #   forced-best-summary  after the best arms of forced-exact: fresh-seed games, quiet positions, discovery, curves,
 #           each kept model through toolgym serve (served_exact.py), where the wins vs random are lost
 #           (win_shortfall.py); BEST=t10-mix05-kl01-sym3-keep (or
 #           t10-opt-kl01-sym3-keep100, with PNG=forced_keep100.png) for that arm
+#   forced-frontier  after forced-exact: each checkpoint under 5 % exact losses walked against random play too,
+#           and frontier.py: which weights along the runs meet both game targets (BEST="ARM ARM ...", PNG=...)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -213,7 +216,7 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R $N/grpo $N/dr_grpo $N/cispo -o $X/forced_curves.png
     python $X/results_table.py $R forced-sft ${LOSSES:-forced-cispo forced-grpo forced-dr_grpo} ;;
-  forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary)  # the GRPO rounds, fifth to twenty-second, and their summary
+  forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier)  # the GRPO rounds, fifth to twenty-second, and their summary
     source $X/rounds.sh ;;
   forced-default)
     N=$R/forced-default
@@ -233,5 +236,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier|forced-default|table"; exit 2 ;;
 esac
