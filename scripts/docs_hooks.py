@@ -51,6 +51,7 @@ FIGURES = {"assets/tictactoe-curves.png": ROOT / "examples" / "tictactoe" / "cur
            "assets/tictactoe-forced-best.png": ROOT / "examples" / "tictactoe" / "forced_best.png",
            "assets/tictactoe-forced-mix.png": ROOT / "examples" / "tictactoe" / "forced_mix.png",
            "assets/tictactoe-forced-keep100.png": ROOT / "examples" / "tictactoe" / "forced_keep100.png",
+           "assets/tictactoe-forced-frontier.png": ROOT / "examples" / "tictactoe" / "forced_frontier.png",
            "assets/notes-grpo-rewards.png": ROOT / "benchmarks" / "results" / "notes_grpo_rewards.png"}
 HELP_ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 

@@ -179,12 +179,14 @@ def draw(all_points: dict[str, dict[int, Point]], loss_max: float, win_min: floa
     ax.axvline(100 * loss_max, color="tab:green", ls=":", lw=1.5, label=f"targets ({100 * loss_max:g} % / "
                f"{100 * win_min:g} %)")
     ax.axhline(100 * win_min, color="tab:green", ls=":", lw=1.5)
+    arms = list(dict.fromkeys(re.sub(r"-seed\d+$", "", run) for run in all_points))  # one marker an arm
     for run, pts in all_points.items():
         if not pts:
             continue
         xs = [100 * p[0] for p in pts.values()]
         ys = [100 * p[1] for p in pts.values()]
-        line = ax.scatter(xs, ys, s=18, alpha=0.7, label=run)
+        marker = "os^Dv<>ph*"[arms.index(re.sub(r"-seed\d+$", "", run)) % 10]
+        line = ax.scatter(xs, ys, s=20, alpha=0.75, marker=marker, label=run)
         front = pareto(pts)
         ax.plot([100 * pts[s][0] for s in front], [100 * pts[s][1] for s in front], color=line.get_facecolor()[0],
                 lw=1, alpha=0.8)
