@@ -191,3 +191,9 @@ def test_an_env_config_the_walk_cannot_take_is_refused(tmp_path: Path) -> None:
     assert text.strip().splitlines()[-1] == ("error: tictactoe --exact: exact_eval plays whole games from the empty "
                                              "board (task=game, starts=empty, no position_share)")
     assert not (out / "run.json").exists() and not (out / "exact.json").exists()
+    # refused before the model loads: a model folder that does not exist is never reached
+    code, text = _eval("tictactoe", "-m", f"hf:{tmp_path / 'no-model'}", "--exact", "-a", "transport=inprocess",
+                       "-a", "min_random_move_prob=0.3", "-a", "max_random_move_prob=0.3", "-o", str(tmp_path / "x"))
+    assert code == 2
+    assert text.strip().splitlines()[-1] == ("error: tictactoe --exact: exact_eval needs the optimal (random-move "
+                                             "probability 0) or the random (1) opponent, not 0.3-0.3")

@@ -331,6 +331,10 @@ def eval_exact(ctx: typer.Context, env_name: str, model: str | None, env_arg: li
     if not has_exact_eval(env):
         _fail(f"the env {env_name!r} has no exact evaluation (it does not implement exact_eval); evaluate it "
               "without --exact")
+    try:
+        env.check_exact_eval()  # a config the walk cannot take is refused before the model loads
+    except ValueError as exc:
+        _fail(f"{env_name} --exact: {exc}")
     default = model is None
     model, options = policy_choice(env, model, {**flags, "temperature": 0.0})
     if model.startswith("hf:"):  # every greedy answer computed in the same company whatever the timing: a re-run

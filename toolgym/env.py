@@ -243,6 +243,12 @@ class StatefulToolEnv:
         raise NotImplementedError(f"{type(self).__name__} has no exact evaluation; override exact_eval to use "
                                   "GRPO's eval_exact")
 
+    def check_exact_eval(self) -> None:
+        """Raise `ValueError` (with the reason) if `exact_eval` cannot walk this env's configuration, before anything
+        starts: GRPO checks it for every `eval_exact` eval (`eval_env_args` and each of `eval_sets`) before the run
+        and `toolgym eval --exact` before it loads the model. The default accepts; an env whose walk has conditions
+        (an opponent it can enumerate, whole episodes) states them here and calls it from `exact_eval`."""
+
     def restart_options(self) -> list[str]:
         """The options set on this env that act only through `restart_tasks` (default: none). GRPO refuses them
         without `restart_share`, where they would change nothing."""

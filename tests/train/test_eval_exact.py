@@ -52,6 +52,13 @@ def test_eval_sets_walk_against_another_opponent(tiny_model: Path, tmp_path: Pat
     assert ev["best/value"] == pytest.approx(ev["eval/exact/loss"] - ev["eval/random/exact/win"])
     with pytest.raises(ValueError, match="config eval_sets.random: .*no_such"):
         GRPOTrainer(_cfg(tiny_model, tmp_path / "b", eval_sets={"random": {**rnd, "no_such": 1}}))
+    # an opponent the walk cannot enumerate (a mix) is refused before the run starts, not at its first eval
+    mix = {"min_random_move_prob": 0.3, "max_random_move_prob": 0.3}
+    with pytest.raises(ValueError, match=r"config eval_sets.mix \(eval_exact\): exact_eval needs the optimal"):
+        GRPOTrainer(_cfg(tiny_model, tmp_path / "c", eval_sets={"random": rnd, "mix": mix}))
+    with pytest.raises(ValueError, match=r"config eval_env_args \(eval_exact\): exact_eval plays whole games"):
+        GRPOTrainer(_cfg(tiny_model, tmp_path / "d", eval_env_args={"task": "move"}))
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()  # no run folder made
 
 
 def test_eval_exact_is_refused_where_it_cannot_run(tiny_model: Path, tmp_path: Path) -> None:

@@ -239,6 +239,13 @@ class GRPOTrainer:
         if cfg.eval_exact and type(self.env).exact_eval is StatefulToolEnv.exact_eval:
             raise ValueError(f"config eval_exact: the env {cfg.env!r} has no exact evaluation (it does not implement "
                              "exact_eval)")
+        if cfg.eval_exact:  # every walk's env config, so a refused one fails now, not at the first eval
+            sets = [("eval_env_args", {})] + [(f"eval_sets.{name}", args) for name, args in cfg.eval_sets.items()]
+            for field, args in sets:
+                try:
+                    load_env(cfg.env, **{**cfg.env_args, **cfg.eval_env_args, **args}).check_exact_eval()
+                except ValueError as exc:
+                    raise ValueError(f"config {field} (eval_exact): {exc}") from None
         if cfg.probe_games and not cfg.restart_share:
             raise ValueError("config probe_games: probes only choose restarts, and restart_share is 0 -- set "
                              "restart_share (for a greedy curve alone, use eval_every)")

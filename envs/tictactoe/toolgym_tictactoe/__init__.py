@@ -495,13 +495,18 @@ class TicTacToeEnv(StatefulToolEnv):
         their parent's moves)."""
         from toolgym_tictactoe.exact import exact_games
 
+        self.check_exact_eval()
+        return (await exact_games(self, policy, opponent="random" if self.max_p == 1.0 else "optimal")).summary()
+
+    def check_exact_eval(self) -> None:
+        """The walk plays whole games from the empty board against an opponent it can enumerate: the optimal one or
+        the random one (a mix of the two would weigh every reply by its chance too, but is not implemented)."""
         if self.task != "game" or self.starts != "empty" or self.position_share:
             raise ValueError("exact_eval plays whole games from the empty board (task=game, starts=empty, no "
                              "position_share)")
         if (self.min_p, self.max_p) not in ((0.0, 0.0), (1.0, 1.0)):
             raise ValueError("exact_eval needs the optimal (random-move probability 0) or the random (1) opponent, "
                              f"not {self.min_p}-{self.max_p}")
-        return (await exact_games(self, policy, opponent="random" if self.max_p == 1.0 else "optimal")).summary()
 
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
