@@ -59,6 +59,12 @@ def test_points_come_from_each_kind_of_walk(tmp_path: Path) -> None:
     logged = _run(tmp_path, "arm-seed2", {5: 0.02, 10: 0.06}, logged_wins={5: 0.93, 10: 0.90})
     _walk(ex / "forced-arm-seed2-step5-random.json", 0.10)
     assert mod.run_points(ex, logged)[1] == {5: 0.93, 10: 0.90}
+    # the final weights count only where the last step had an eval (here the run went on to step 12)
+    late = _run(tmp_path, "arm-seed5", {5: 0.04, 10: 0.03})
+    with (late / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 12, "loss": 0.1}) + "\n")
+    _walk(ex / "forced-arm-seed5-random.json", 0.95)
+    assert mod.run_points(ex, late)[1] == {}
 
 
 def test_missing_lists_only_unwalked_checkpoints_under_the_loss_target(tmp_path: Path) -> None:

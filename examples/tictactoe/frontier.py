@@ -11,10 +11,11 @@ through, so if no point meets both, no rule on these runs will.
 
 EXACT_DIR holds the walks, named after the run folder: PREFIX+RUN-stepS-random.json for checkpoint S
 (`RUN_DIR/checkpoints/step_00000S/model`); PREFIX+RUN-best-random.json counts for the step `best/best.json` names,
-PREFIX+RUN-random.json for the run's last step (`final/`). A run that logged its own walk against random play
-(`eval_sets.random` with eval_exact: `eval/random/exact/win`) needs none. Steps whose losses are above `--loss-max`
-cannot meet both targets; `--missing` leaves them out. Beside the runs: the same two numbers for the shortcut
-players, minimax with uniform ties and the never-losing bound (exact, `toolgym_tictactoe.shortcuts`).
+PREFIX+RUN-random.json for the run's last step (`final/`), where that step had an eval. A run that logged its own
+walk against random play (`eval_sets.random` with eval_exact: `eval/random/exact/win`) needs none. Steps whose
+losses are above `--loss-max` cannot meet both targets; `--missing` leaves them out. Beside the runs: the same two
+numbers for the shortcut players, minimax with uniform ties and the never-losing bound (exact,
+`toolgym_tictactoe.shortcuts`).
 """
 
 from __future__ import annotations
@@ -74,10 +75,11 @@ def run_points(exact_dir: Path, run: Path, prefix: str = "forced-") -> tuple[dic
         w = _walk_win(exact_dir / f"{name}-best-random.json")
         if w is not None:
             wins.setdefault(int(json.loads(best.read_text())["step"]), w)
-    if (run / "final").is_dir():
+    last = max(int(r["step"]) for r in rows if "step" in r)
+    if (run / "final").is_dir() and last in losses:  # the final weights, where the last step had an eval
         w = _walk_win(exact_dir / f"{name}-random.json")
         if w is not None:
-            wins.setdefault(max(losses), w)
+            wins.setdefault(last, w)
     return losses, wins
 
 
