@@ -712,6 +712,8 @@ case "$1" in
     # ARMS=t10-mix05-kl01-sym3-keep100-seed14 (15): both, over 100 steps (docs: "twenty-sixth round")
     # ARMS=t10-mix05-kl01-sym3-both100-seedN: that, with the best kept by losses less wins against random play
     # ARMS=t10-mix05-d08-kl01-sym3-keep100-seed14 (15): keep100-mix05 with a draw worth 0.8 (docs: "twenty-seventh round")
+    # ARMS=t10-opt-trap-kl01-sym3-keep100-seedN: keep100 with restarts against the random opponent from boards of
+    # choices among value-keeping moves (restart_trap_share; not run yet)
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -743,6 +745,11 @@ case "$1" in
         # player must win four times as often as it loses before it pays, where 0.5 made it one to one
         t10-mix05-d08-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
           -s best_from_step=20 -s max_steps=100 -s "task_schedule=[$(p 0 0.5)]" -s env_args.draw_reward=0.8) ;;
+        # ... keep100 (the optimal opponent only) with a third of the restarted groups from boards where the model
+        # chose among value-keeping moves, against the random opponent (restart_trap_share): the choice that the
+        # optimal opponent never rewards, compared within a group (docs: "twenty-seventh round", not run yet)
+        t10-opt-trap-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
+          -s best_from_step=20 -s max_steps=100 -s env_args.restart_trap_share=0.34) ;;
         t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
           -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
           -s eval_sets.random.max_random_move_prob=1

@@ -387,3 +387,33 @@ def test_grpo_probe_games_offer_greedy_games_for_restarts_from_the_first_step(ti
     assert len(first) == 2 and first[0]["task"]["board"] in pool  # a probe game's start board
     with pytest.raises(ValueError, match="probe_games: probes only choose restarts"):
         GRPOTrainer(_cfg(tiny_model, tmp_path / "bad", probe_games=2, restart_share=0.0))
+
+
+def test_restart_trap_share_restarts_choices_among_value_keeping_moves_against_the_random_opponent() -> None:
+    """`restart_trap_share`: that share of the restarted groups restarts from a board where X chooses among two or
+    more value-keeping moves (no win to take, no threat to block), from any game, against the random opponent
+    (random-move probability 1), marked `trap`; the rest are drawn as before (lost games' boards, against the optimal
+    opponent here); trap groups are never scored into the replay buffer."""
+    from toolgym_tictactoe import forced_move
+
+    kw = {"transport": "inprocess", "min_random_move_prob": 0.0, "max_random_move_prob": 0.0,
+          "restart_board": "last_unforced", "restart_opponent": "optimal"}
+    games, plain, mixed, again = _restart_two_ways(kw, {"restart_trap_share": 0.5, "restart_replay": 0.25}, 48, 12, 3)
+    shown = {b for g in games for b in positions_shown(g.messages)}
+    traps = [r for r in mixed if r.get("trap")]
+    assert len(mixed) == 12 and len({r["board"] for r in mixed}) == 12
+    assert len(traps) == 6  # half of 12 (the replay buffer is empty at the first call)
+    for r in traps:
+        assert r["board"] in shown and r["start"] == "restart" and r["random_move_prob"] == 1.0
+        assert forced_move(r["board"]) is None and len(P.analyze(r["board"]).optimal) >= 2
+    assert all(r["random_move_prob"] == 0.0 and not r.get("trap") for r in mixed if r not in traps)
+    assert not any(r.get("trap") for r in plain)  # off by default
+    assert all(t.error is None and positions_shown(t.messages)[0] == r["board"] for r, t in zip(mixed, again))
+    # the trap groups' outcomes do not enter the replay buffer; the others' do
+    env = load_env("tictactoe", **kw, restart_trap_share=0.5, restart_replay=0.25)
+    env.restart_tasks(again + again, 12, random.Random(4))  # each restarted board seen twice: a spread to score
+    assert len(env.replay) == 6 and all(key[2] == 0.0 for key in env.replay)  # key: (board, seed, random_move_prob,..)
+    assert load_env("tictactoe", transport="inprocess", restart_trap_share=0.5).restart_options() == \
+        ["restart_trap_share"]
+    with pytest.raises(ValueError, match="restart_trap_share"):
+        load_env("tictactoe", transport="inprocess", task="move", restart_trap_share=0.5)

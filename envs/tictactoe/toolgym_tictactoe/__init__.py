@@ -155,6 +155,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_invalid_move: Literal["game", "forfeit"] = "game",
         restart_board: Literal["uniform", "last_unforced"] = "uniform",
         restart_symmetry: bool = False,
+        restart_trap_share: Prob = 0.0,
         suggest_turns: Annotated[int, Field(ge=1, le=9)] = 3,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
@@ -221,6 +222,12 @@ class TicTacToeEnv(StatefulToolEnv):
                 reflections, drawn at random among those no restart of the step has taken (a replayed board keeps
                 the image it was restarted in): a trap lost in one orientation is practised in all of them. The
                 image is in the board's symmetry class, so the held-out split is unchanged.
+            restart_trap_share: Share of the restarted groups (after the replayed ones) that restart from a board
+                where X chooses among two or more value-keeping moves (no win to take, no threat to block), drawn
+                from any game, against the random opponent (random-move probability 1; the seed, style and
+                invalid-move rule stay the game's). Against the optimal opponent every value-keeping move draws, so
+                nothing there rewards the one that sets a trap; these groups compare the choices' wins directly.
+                Marked `trap = True`, never scored into the replay buffer. The rest still come from lost games.
             suggest_turns: `toolgym serve`'s `suggest_move`: the agent's turns to make one legal move (its first,
                 then one more after each move the server rejects, with the error in front of it); 1 returns the
                 first move whatever it is.
@@ -252,6 +259,9 @@ class TicTacToeEnv(StatefulToolEnv):
             raise ValueError(f"restart_board must be 'uniform' or 'last_unforced', not {restart_board!r}")
         self.restart_invalid_move, self.restart_board = restart_invalid_move, restart_board
         self.restart_symmetry = bool(restart_symmetry)
+        if not 0.0 <= restart_trap_share <= 1.0 or restart_trap_share and task != "game":
+            raise ValueError("restart_trap_share: a share 0-1 of restarted games (task=game)")
+        self.restart_trap_share = restart_trap_share
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -442,14 +452,36 @@ class TicTacToeEnv(StatefulToolEnv):
         if self.restart_replay:
             self._score_restarts(trajectories)
             rows = self._replay(min(round(self.restart_replay * n), n, len(self.replay)), rng)
-        lost, other = [], []
+        lost, other, choices = [], [], []
         for t in trajectories:
             if t.error is not None:
                 continue
             boards = [b for b in positions_shown(t.messages) if 1 <= 9 - b.count(".") <= self.restart_max_pieces]
             if boards:
                 (lost if t.metrics.get("loss", 0.0) > 0 else other).append((t.task, boards))
+            if self.restart_trap_share:
+                tied = [b for b in boards if forced_move(b) is None and len(P.analyze(b).optimal) >= 2]
+                if tied:
+                    choices.append((t.task, tied))
         seen: set[str] = {r["board"] for r in rows}
+        if choices:  # restart_trap_share: choices among value-keeping moves, against the random opponent
+            rng.shuffle(choices)
+            want = min(n, len(rows) + round(self.restart_trap_share * n))
+            for task, boards in choices:
+                fresh = [b for b in boards if b not in seen]
+                if len(rows) >= want or not fresh:
+                    continue
+                board = rng.choice(fresh)
+                if self.restart_symmetry:
+                    untaken = P.images(board) - seen
+                    seen.add(board)
+                    board = rng.choice(sorted(untaken))
+                seen.add(board)
+                row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
+                row["random_move_prob"] = 1.0
+                if self.restart_invalid_move == "forfeit":
+                    row["invalid_move"] = "forfeit"
+                rows.append({**row, "board": board, "start": "restart", "trap": True, **_board_fields(board)})
         for pool in (lost, other):
             rng.shuffle(pool)
             pool.sort(key=lambda game: not game[0].get("probe"))  # greedy probes first (GRPO's probe_games)
@@ -510,14 +542,15 @@ class TicTacToeEnv(StatefulToolEnv):
 
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
-        "forfeit"`, `restart_board = "last_unforced"` and `restart_symmetry` act only on restarted groups (GRPO's
-        `restart_share`)."""
+        "forfeit"`, `restart_board = "last_unforced"`, `restart_symmetry` and `restart_trap_share` act only on
+        restarted groups (GRPO's `restart_share`)."""
         return [name for name, on in (("restart_replay", bool(self.restart_replay)),
                                       ("restart_max_pieces", self.restart_max_pieces != 7),
                                       ("restart_opponent", self.restart_opponent != "game"),
                                       ("restart_invalid_move", self.restart_invalid_move != "game"),
                                       ("restart_board", self.restart_board != "uniform"),
-                                      ("restart_symmetry", self.restart_symmetry)) if on]
+                                      ("restart_symmetry", self.restart_symmetry),
+                                      ("restart_trap_share", bool(self.restart_trap_share))) if on]
 
     def _score_restarts(self, trajectories: list[Any]) -> None:
         """PLR's scoring, on outcomes only: each group restarted in `trajectories` (`start == "restart"`; its board
@@ -527,7 +560,8 @@ class TicTacToeEnv(StatefulToolEnv):
         groups: dict[tuple[Any, ...], list[float]] = {}
         rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         for t in trajectories:
-            if t.error is not None or t.task.get("start") != "restart" or not t.task.get("board"):
+            if t.error is not None or t.task.get("start") != "restart" or not t.task.get("board") \
+                    or t.task.get("trap"):
                 continue
             key = _replay_key(t.task)
             m = t.metrics
