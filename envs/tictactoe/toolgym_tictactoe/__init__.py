@@ -471,17 +471,7 @@ class TicTacToeEnv(StatefulToolEnv):
                 fresh = [b for b in boards if b not in seen]
                 if len(rows) >= want or not fresh:
                     continue
-                board = rng.choice(fresh)
-                if self.restart_symmetry:
-                    untaken = P.images(board) - seen
-                    seen.add(board)
-                    board = rng.choice(sorted(untaken))
-                seen.add(board)
-                row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
-                row["random_move_prob"] = 1.0
-                if self.restart_invalid_move == "forfeit":
-                    row["invalid_move"] = "forfeit"
-                rows.append({**row, "board": board, "start": "restart", "trap": True, **_board_fields(board)})
+                rows.append({**self._restart_row(task, rng.choice(fresh), seen, rng, 1.0), "trap": True})
         for pool in (lost, other):
             rng.shuffle(pool)
             pool.sort(key=lambda game: not game[0].get("probe"))  # greedy probes first (GRPO's probe_games)
@@ -499,18 +489,26 @@ class TicTacToeEnv(StatefulToolEnv):
                     board = unforced[-1]
                 else:
                     board = rng.choice(fresh)
-                if self.restart_symmetry:  # one of its images no restart of this step has taken (itself included)
-                    untaken = P.images(board) - seen
-                    seen.add(board)
-                    board = rng.choice(sorted(untaken))
-                seen.add(board)
-                row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
-                if self.restart_opponent == "optimal":
-                    row["random_move_prob"] = 0.0
-                if self.restart_invalid_move == "forfeit":
-                    row["invalid_move"] = "forfeit"
-                rows.append({**row, "board": board, "start": "restart", **_board_fields(board)})
+                rows.append(self._restart_row(task, board, seen, rng,
+                                              0.0 if self.restart_opponent == "optimal" else None))
         return rows
+
+    def _restart_row(self, task: dict[str, Any], board: str, seen: set[str], rng: random.Random,
+                     random_move_prob: float | None) -> dict[str, Any]:
+        """The restart row of `board` from game `task`: with `restart_symmetry` one of the board's images that no
+        restart of this step has taken (itself included), marked taken in `seen`; the game's opponent, its
+        random-move probability replaced by `random_move_prob` unless None, and `restart_invalid_move`."""
+        if self.restart_symmetry:
+            untaken = P.images(board) - seen
+            seen.add(board)
+            board = rng.choice(sorted(untaken))
+        seen.add(board)
+        row = {k: task[k] for k in _OPPONENT_KEYS if k in task}
+        if random_move_prob is not None:
+            row["random_move_prob"] = random_move_prob
+        if self.restart_invalid_move == "forfeit":
+            row["invalid_move"] = "forfeit"
+        return {**row, "board": board, "start": "restart", **_board_fields(board)}
 
     def symmetric_images(self, messages: list[dict[str, Any]], k: int, rng: random.Random) -> list[list[dict[str, Any]]]:
         """The game under up to `k` rotations and reflections of the board (`toolgym_tictactoe.symmetry`): the
