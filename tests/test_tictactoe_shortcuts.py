@@ -15,6 +15,9 @@ from toolgym_tictactoe.shortcuts import (
     game_outcome,
     move_distribution,
     position_scores,
+    trap_boards,
+    trap_gambles,
+    trap_move_values,
 )
 
 # O took the centre (O moved first), X to move: the corners keep the draw, the edges lose (O forks) -- textbook
@@ -88,3 +91,27 @@ def test_ceiling_table() -> None:
     assert rows[0]["P=0 W/D/L %"] == "0.0 / 53.0 / 47.0"
     table = format_table(rows)
     assert table.splitlines()[0] == "| player | quiet optimal % | P=0 W/D/L % |" and "| copy-centre | 100.0 |" in table
+
+
+def test_trap_move_values_and_gambles() -> None:
+    """The trap boards are the env's `restart_trap_share` boards; against the optimal opponent (0) every cell is
+    worth its game value (the centre board's corners draw, its edges lose); against the random player some boards
+    pay a value-losing move more than every value-keeping one, at 0.5 none do, and the keeping moves' spread shrinks
+    as the opponent gets stronger."""
+    boards = trap_boards()
+    assert CENTRE in boards and CORNER not in boards and WIN_AND_THREAT not in boards  # one keeping move; forced
+    assert all(P.analyze(b).kind in ("quiet", "free") and len(P.analyze(b).optimal) >= 2 for b in boards)
+    optimal = trap_move_values(0.0)
+    assert optimal[CENTRE] == pytest.approx({0: 0.5, 2: 0.5, 6: 0.5, 8: 0.5, 1: 0.0, 3: 0.0, 5: 0.0, 7: 0.0})
+    for b, q in optimal.items():
+        a = P.analyze(b)
+        assert all(q[c] == pytest.approx((a.value + 1) / 2) for c in a.optimal)
+        assert all(q[c] < (a.value + 1) / 2 - 1e-9 for c in q if c not in a.optimal)
+    random_q = trap_move_values(1.0)[CENTRE]
+    assert all(0.5 < random_q[c] <= 1.0 for c in random_q)  # against the random player every cell wins on average
+    at = {p: trap_gambles(p) for p in (1.0, 0.5, 0.0)}
+    assert at[1.0]["boards"] == len(boards)
+    assert at[1.0]["gambles"] > 0 and at[0.5]["gambles"] == 0 == at[0.0]["gambles"]
+    assert at[1.0]["spread"] > at[0.5]["spread"] > 1e-9 > at[0.0]["spread"]
+    with pytest.raises(ValueError, match="random_move_prob"):
+        trap_move_values(1.5)

@@ -713,7 +713,9 @@ case "$1" in
     # ARMS=t10-mix05-kl01-sym3-both100-seedN: that, with the best kept by losses less wins against random play
     # ARMS=t10-mix05-d08-kl01-sym3-keep100-seed14 (15): keep100-mix05 with a draw worth 0.8 (docs: "twenty-seventh round")
     # ARMS=t10-opt-trap-kl01-sym3-keep100-seedN: keep100 with restarts against the random opponent from boards of
-    # choices among value-keeping moves (restart_trap_share; not run yet)
+    # choices among value-keeping moves (restart_trap_share; docs: "twenty-seventh round")
+    # ARMS=t10-opt-trap1h-kl01-sym3-keep100-seedN: keep100 and one trap group more a step, against an opponent at
+    # random-move probability 0.5 (docs: "twenty-eighth round")
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -750,6 +752,14 @@ case "$1" in
         # optimal opponent never rewards, compared within a group (docs: "twenty-seventh round", not run yet)
         t10-opt-trap-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
           -s best_from_step=20 -s max_steps=100 -s env_args.restart_trap_share=0.34) ;;
+        # ... the trap arm above took its two groups from the lost games' share: with four replayed of six restarted
+        # groups, none were left for lost games' boards (and the replay buffer nothing new to score). Here keep100's
+        # eight groups stay as they were (two new games, four replayed, two from lost games) and a ninth restarts
+        # from a trap board, against an opponent at random-move probability 0.5: at 1 a value-losing move pays more
+        # than every value-keeping one on 4.6 % of the trap boards, at 0.5 on none (shortcuts.trap_gambles)
+        t10-opt-trap1h-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
+          -s best_from_step=20 -s max_steps=100 -s batch_size=9 -s env_args.restart_replay=0.57
+          -s env_args.restart_trap_share=0.15 -s env_args.restart_trap_random_move_prob=0.5) ;;
         t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
           -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
           -s eval_sets.random.max_random_move_prob=1

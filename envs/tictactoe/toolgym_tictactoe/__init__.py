@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import random
 import statistics
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -156,6 +157,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_board: Literal["uniform", "last_unforced"] = "uniform",
         restart_symmetry: bool = False,
         restart_trap_share: Prob = 0.0,
+        restart_trap_random_move_prob: Prob = 1.0,
         suggest_turns: Annotated[int, Field(ge=1, le=9)] = 3,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
@@ -228,6 +230,14 @@ class TicTacToeEnv(StatefulToolEnv):
                 invalid-move rule stay the game's). Against the optimal opponent every value-keeping move draws, so
                 nothing there rewards the one that sets a trap; these groups compare the choices' wins directly.
                 Marked `trap = True`, never scored into the replay buffer. The rest still come from lost games.
+                The share is taken after the replayed groups, so with `restart_replay` it can leave no group for
+                the lost games' boards (and the buffer nothing new to score): keep `round(restart_share *
+                batch_size)` above the replayed and trap groups together (a warning says so once when not).
+            restart_trap_random_move_prob: The trap groups' opponent's random-move probability (default 1, the
+                random player). Below 1 the opponent also plays its minimax moves, so a move that gives up the game
+                value is punished more often: walked exactly with a best-responding X, 4.6 % of the 461 trap boards
+                (1-7 marks) have a value-losing move as their best against the random player, none at 0.5, where
+                the value-keeping moves still differ by 0.074 reward on average (0.128 at 1).
             suggest_turns: `toolgym serve`'s `suggest_move`: the agent's turns to make one legal move (its first,
                 then one more after each move the server rejects, with the error in front of it); 1 returns the
                 first move whatever it is.
@@ -262,6 +272,12 @@ class TicTacToeEnv(StatefulToolEnv):
         if not 0.0 <= restart_trap_share <= 1.0 or restart_trap_share and task != "game":
             raise ValueError("restart_trap_share: a share 0-1 of restarted games (task=game)")
         self.restart_trap_share = restart_trap_share
+        self._warned_no_lost = False
+        if not 0.0 <= restart_trap_random_move_prob <= 1.0:
+            raise ValueError("restart_trap_random_move_prob: a probability 0-1")
+        if restart_trap_random_move_prob != 1.0 and not restart_trap_share:
+            raise ValueError("restart_trap_random_move_prob sets the trap groups' opponent: set restart_trap_share")
+        self.restart_trap_random_move_prob = restart_trap_random_move_prob
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -464,14 +480,20 @@ class TicTacToeEnv(StatefulToolEnv):
                 if tied:
                     choices.append((t.task, tied))
         seen: set[str] = {r["board"] for r in rows}
-        if choices:  # restart_trap_share: choices among value-keeping moves, against the random opponent
+        if choices:  # restart_trap_share: choices among value-keeping moves, against the (by default) random opponent
             rng.shuffle(choices)
             want = min(n, len(rows) + round(self.restart_trap_share * n))
+            if self.restart_replay and want >= n and not self._warned_no_lost:
+                self._warned_no_lost = True
+                warnings.warn(f"restart_trap_share: the replayed and trap groups take all {n} restarted groups, so "
+                              "none restart from lost games' boards and the replay buffer gets no new board; raise "
+                              "restart_share or lower restart_replay / restart_trap_share", stacklevel=2)
             for task, boards in choices:
                 fresh = [b for b in boards if b not in seen]
                 if len(rows) >= want or not fresh:
                     continue
-                rows.append({**self._restart_row(task, rng.choice(fresh), seen, rng, 1.0), "trap": True})
+                row = self._restart_row(task, rng.choice(fresh), seen, rng, self.restart_trap_random_move_prob)
+                rows.append({**row, "trap": True})
         for pool in (lost, other):
             rng.shuffle(pool)
             pool.sort(key=lambda game: not game[0].get("probe"))  # greedy probes first (GRPO's probe_games)

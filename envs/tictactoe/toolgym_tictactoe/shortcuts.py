@@ -16,7 +16,9 @@ A learning result on tic-tac-toe is only evidence of play when it clears what th
 `position_scores(name, boards)`: the expected share of legal and of value-keeping (optimal) moves over a set of
 positions. `game_outcome(name, random_move_prob)`: exact win / draw / loss probabilities as X against the env's
 opponent (a random free cell with probability P, else uniform among its minimax-best moves; who starts is a coin
-flip). `ceilings(...)` is the table printed beside a result.
+flip). `ceilings(...)` is the table printed beside a result. `trap_move_values(p)` / `trap_gambles(p)`: on the boards
+of the env's `restart_trap_share` (a choice among value-keeping moves), each move's exact expected reward against
+the opponent at random-move probability p, and how often a value-losing move pays more than every value-keeping one.
 """
 
 from __future__ import annotations
@@ -127,6 +129,57 @@ def ceilings(boards: dict[str, list[str]] | None = None, random_move_probs: Iter
     return rows
 
 
+def trap_boards() -> list[str]:
+    """The boards of the env's `restart_trap_share` (X to move, 1-7 marks, no win to take or threat to block, two or
+    more value-keeping moves): where the optimal opponent cannot tell the value-keeping moves apart."""
+    return [b for b in P.positions("all") if 1 <= 9 - b.count(".") <= 7 and forced_move(b) is None
+            and len(P.analyze(b).optimal) >= 2]
+
+
+def trap_move_values(random_move_prob: float, win: float = 1.0, draw: float = 0.5) -> dict[str, dict[int, float]]:
+    """Per trap board (`trap_boards`), each free cell's exact expected outcome reward (`win` / `draw` / 0) against
+    the env's opponent at `random_move_prob`, X playing its best reply to that opponent afterwards: what a trap
+    restart's group compares. `trap_gambles` reads off where a value-losing move pays more than every value-keeping
+    one."""
+    if not 0.0 <= random_move_prob <= 1.0:
+        raise ValueError(f"random_move_prob must be in [0, 1], not {random_move_prob}")
+
+    @lru_cache(maxsize=None)
+    def x_to_move(board: str) -> float:
+        if g.winner(board) == "O":
+            return 0.0
+        free = g.free_cells(board)
+        return max(after_x(g.play(board, c, "X")) for c in free) if free else draw
+
+    @lru_cache(maxsize=None)
+    def after_x(board: str) -> float:
+        if g.winner(board) == "X":
+            return win
+        free = g.free_cells(board)
+        if not free:
+            return draw
+        best_o = g.minimax_choices(board, "O", "uniform")
+        return sum(random_move_prob / len(free) * x_to_move(g.play(board, c, "O")) for c in free) + \
+            sum((1 - random_move_prob) / len(best_o) * x_to_move(g.play(board, c, "O")) for c in best_o)
+
+    return {b: {c: after_x(g.play(b, c, "X")) for c in g.free_cells(b)} for b in trap_boards()}
+
+
+def trap_gambles(random_move_prob: float) -> dict[str, float]:
+    """Over the trap boards: `boards`, `gambles` (the share where some value-losing move's `trap_move_values` is
+    above every value-keeping move's -- a group there rewards giving up the value) and `spread` (the mean gap
+    between the best and the worst value-keeping move: the signal a group has to tell them apart)."""
+    values = trap_move_values(random_move_prob)
+    gambles, spread = 0, 0.0
+    for b, q in values.items():
+        keep = [q[c] for c in P.analyze(b).optimal]
+        lose = [v for c, v in q.items() if c not in P.analyze(b).optimal]
+        gambles += bool(lose) and max(lose) > max(keep)
+        spread += max(keep) - min(keep)
+    n = len(values)
+    return {"boards": float(n), "gambles": gambles / n, "spread": spread / n}
+
+
 def format_table(rows: list[dict[str, float | str]]) -> str:
     """A markdown table of `ceilings` rows."""
     if not rows:
@@ -139,4 +192,4 @@ def format_table(rows: list[dict[str, float | str]]) -> str:
 
 
 __all__ = ["SHORTCUTS", "ceilings", "exact_outcome", "format_table", "game_outcome", "move_distribution",
-           "position_scores"]
+           "position_scores", "trap_boards", "trap_gambles", "trap_move_values"]
