@@ -14,6 +14,8 @@ from toolgym_tictactoe.shortcuts import (
     format_table,
     game_outcome,
     move_distribution,
+    never_losing_bound,
+    never_losing_wins,
     position_scores,
     trap_boards,
     trap_gambles,
@@ -115,3 +117,16 @@ def test_trap_move_values_and_gambles() -> None:
     assert at[1.0]["spread"] > at[0.5]["spread"] > 1e-9 > at[0.0]["spread"]
     with pytest.raises(ValueError, match="random_move_prob"):
         trap_move_values(1.5)
+
+
+def test_never_losing_bound_two_ways() -> None:
+    """The never-losing bound (95.56 %, the recipe's exact bounds) by its own recursion and by `exact_outcome` with
+    a lookahead player that takes, among the minimax-best moves, the one with the most wins; it never loses to the
+    optimal opponent, and from the centre board X's edges (value-losing) are not among its choices."""
+    def never_losing(board: str, after) -> dict[int, float]:  # type: ignore[no-untyped-def]
+        return {max(g.best_moves(board, "X"), key=lambda c: after(c)[0]): 1.0}
+
+    assert never_losing_bound() == pytest.approx(0.9556, abs=5e-5)
+    assert exact_outcome(never_losing, 1.0, lookahead=True)[0] == pytest.approx(never_losing_bound())
+    assert exact_outcome(never_losing, 0.0, lookahead=True)[2] == 0.0
+    assert never_losing_wins(g.EMPTY * 9, True) > never_losing_wins(g.EMPTY * 9, False)  # X first wins more

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mcp_server_tictactoe import game as g
 from toolgym.train.runstate import read_metrics
-from toolgym_tictactoe.shortcuts import SHORTCUTS, exact_outcome, game_outcome
+from toolgym_tictactoe.shortcuts import SHORTCUTS, exact_outcome, game_outcome, never_losing_bound
 
 Point = tuple[float, float]
 """(losses against the optimal opponent, wins against the random one), both probabilities."""
@@ -109,12 +109,8 @@ def references() -> dict[str, Point]:
         best = g.best_moves(board, "X")
         return {c: 1 / len(best) for c in best}
 
-    def never_losing(board: str, after) -> dict[int, float]:  # type: ignore[no-untyped-def]
-        return {max(g.best_moves(board, "X"), key=lambda c: after(c)[0]): 1.0}
-
     out["minimax, uniform ties"] = (exact_outcome(uniform_minimax, 0.0)[2], exact_outcome(uniform_minimax, 1.0)[0])
-    bound = exact_outcome(never_losing, 1.0, lookahead=True)[0]
-    out["never-losing bound"] = (0.0, bound)
+    out["never-losing bound"] = (0.0, never_losing_bound())
     return out
 
 

@@ -1,7 +1,7 @@
 """Where does a greedy model leave wins against the random opponent? Every decision of its exact walk
 (`exact_games.py --opponent random --json`), scored against the player that never loses to optimal play and, among
-the moves that keep the game value, picks the one that wins most often against random play (`never_lose_wins`:
-95.6 % over both starts, the [exact bound](../../docs/training/tictactoe-recipe.md#exact-bounds)).
+the moves that keep the game value, picks the one that wins most often against random play
+(`shortcuts.never_losing_wins`: 95.6 % over both starts, the [exact bound](../../docs/training/tictactoe-recipe.md#exact-bounds)).
 
     python examples/tictactoe/win_shortfall.py EXACT.json[=RUN_DIR] [EXACT.json[=RUN_DIR] ...] [--start EXACT.json]
 
@@ -21,32 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
-from functools import lru_cache
 from pathlib import Path
 
 from mcp_server_tictactoe import game as g
 from toolgym.train.runstate import read_rollouts
 from toolgym_tictactoe import positions as P
 from toolgym_tictactoe import positions_shown
-
-
-@lru_cache(maxsize=None)
-def never_lose_wins(board: str, x_to_move: bool) -> float:
-    """P(X wins) against the random opponent (a uniformly random free cell) when X, from `board` on, plays among
-    its value-keeping moves (`positions.analyze(...).optimal`) the one that wins most often."""
-    if g.winner(board):
-        return 1.0 if g.winner(board) == "X" else 0.0
-    free = g.free_cells(board)
-    if not free:
-        return 0.0
-    if not x_to_move:
-        return sum(never_lose_wins(g.play(board, c, "O"), True) for c in free) / len(free)
-    return max(never_lose_wins(g.play(board, c, "X"), False) for c in P.analyze(board).optimal)
-
-
-def bound() -> float:
-    """The most a player that never loses to optimal play wins against random play, over both starts."""
-    return 0.5 * never_lose_wins(g.EMPTY * 9, True) + 0.5 * never_lose_wins(g.EMPTY * 9, False)
+from toolgym_tictactoe.shortcuts import never_losing_bound as bound
+from toolgym_tictactoe.shortcuts import never_losing_wins as never_lose_wins
 
 
 def decisions(lines: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -19,6 +19,7 @@ opponent (a random free cell with probability P, else uniform among its minimax-
 flip). `ceilings(...)` is the table printed beside a result. `trap_move_values(p)` / `trap_gambles(p)`: on the boards
 of the env's `restart_trap_share` (a choice among value-keeping moves), each move's exact expected reward against
 the opponent at random-move probability p, and how often a value-losing move pays more than every value-keeping one.
+`never_losing_bound()`: the most a player that never loses to optimal play wins against random play (95.56 %).
 """
 
 from __future__ import annotations
@@ -129,6 +130,26 @@ def ceilings(boards: dict[str, list[str]] | None = None, random_move_probs: Iter
     return rows
 
 
+@lru_cache(maxsize=None)
+def never_losing_wins(board: str, x_to_move: bool) -> float:
+    """P(X wins) against the random opponent (a uniformly random free cell) when X, from `board` on, plays among its
+    value-keeping moves (`positions.analyze(...).optimal`) the one that wins most often: the best a player that
+    never loses to optimal play can do there."""
+    if g.winner(board):
+        return 1.0 if g.winner(board) == "X" else 0.0
+    free = g.free_cells(board)
+    if not free:
+        return 0.0
+    if not x_to_move:
+        return sum(never_losing_wins(g.play(board, c, "O"), True) for c in free) / len(free)
+    return max(never_losing_wins(g.play(board, c, "X"), False) for c in P.analyze(board).optimal)
+
+
+def never_losing_bound() -> float:
+    """The most a player that never loses to optimal play wins against random play, over both starts (95.56 %)."""
+    return 0.5 * never_losing_wins(g.EMPTY * 9, True) + 0.5 * never_losing_wins(g.EMPTY * 9, False)
+
+
 def trap_boards() -> list[str]:
     """The boards of the env's `restart_trap_share` (X to move, 1-7 marks, no win to take or threat to block, two or
     more value-keeping moves): where the optimal opponent cannot tell the value-keeping moves apart."""
@@ -192,4 +213,5 @@ def format_table(rows: list[dict[str, float | str]]) -> str:
 
 
 __all__ = ["SHORTCUTS", "ceilings", "exact_outcome", "format_table", "game_outcome", "move_distribution",
-           "position_scores", "trap_boards", "trap_gambles", "trap_move_values"]
+           "never_losing_bound", "never_losing_wins", "position_scores", "trap_boards", "trap_gambles",
+           "trap_move_values"]
