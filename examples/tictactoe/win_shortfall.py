@@ -1,7 +1,8 @@
 """Where does a greedy model leave wins against the random opponent? Every decision of its exact walk
 (`exact_games.py --opponent random --json`), scored against the player that never loses to optimal play and, among
 the moves that keep the game value, picks the one that wins most often against random play
-(`shortcuts.never_losing_wins`: 95.6 % over both starts, the [exact bound](../../docs/training/tictactoe-recipe.md#exact-bounds)).
+(`shortcuts.never_losing_wins`: 95.6 % over both starts, the
+[exact bound](../../docs/training/tictactoe-recipe.md#exact-bounds)).
 
     python examples/tictactoe/win_shortfall.py EXACT.json[=RUN_DIR] [EXACT.json[=RUN_DIR] ...] [--start EXACT.json]
 
