@@ -759,7 +759,7 @@ case "$1" in
         # than every value-keeping one on 4.6 % of the trap boards, at 0.5 on none (shortcuts.trap_gambles)
         t10-opt-trap1h-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
           -s best_from_step=20 -s max_steps=100 -s batch_size=9 -s env_args.restart_replay=0.57
-          -s env_args.restart_trap_share=0.15 -s env_args.restart_trap_random_move_prob=0.5) ;;
+          -s env_args.restart_trap_share=0.15 -s env_args.restart_trap_random=0.5) ;;
         t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
           -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
           -s eval_sets.random.max_random_move_prob=1

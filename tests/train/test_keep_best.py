@@ -137,9 +137,50 @@ def test_refused_configs(tiny_model: Path, tmp_path: Path) -> None:
         _cfg(tiny_model, tmp_path, eval_every=0, best_metric=None, eval_sets={"r": {}})
     assert _cfg(tiny_model, tmp_path, eval_exact=True, best_metric={"eval/exact/loss": 1.0, "eval/r/exact/win": -1.0},
                 eval_sets={"r": {}}).eval_sets == {"r": {}}
-    for kw in (dict(revert_to_best=True), dict(best_from_step=3), dict(greater_is_better=True)):
+    for kw in (dict(revert_to_best=True), dict(best_from_step=3), dict(greater_is_better=True),
+               dict(best_constraints={"eval/loss": {"max": 0.05}})):
         with pytest.raises(ValueError, match="act on best_metric"):
             _cfg(tiny_model, tmp_path, best_metric=None, **kw)
+
+
+def test_best_constraints_keep_the_best_among_the_evals_that_meet_them(tiny_model: Path, tmp_path: Path) -> None:
+    """`best_constraints`: the most reward among the evals with eval/loss <= 0.05 (the bound itself meets it); an
+    eval outside them is no candidate however good its metric, is logged best/infeasible and, with revert_to_best,
+    puts the kept weights back; best.json records the kept eval's constrained values; a NaN never meets a bound."""
+    from toolgym.train.grpo import GRPOTrainer
+
+    out = tmp_path / "run"
+    tr = GRPOTrainer(_cfg(tiny_model, out, greater_is_better=True, revert_to_best=True,
+                          best_constraints={"eval/loss": {"max": 0.05}}), env=DigitsEnv())
+    tr.step = 1
+    assert tr.keep_best({"eval/reward": 0.9, "eval/loss": 0.2}) == {"best/infeasible": 1.0}  # nothing kept yet
+    assert not (out / "best").exists()
+    tr.step = 2
+    assert tr.keep_best({"eval/reward": 0.5, "eval/loss": 0.05}) == {"best/step": 2.0, "best/value": 0.5}
+    assert json.loads((out / "best" / "best.json").read_text()) == {
+        "step": 2, "metric": "eval/reward", "value": 0.5, "constraints": {"eval/loss": 0.05}}
+    kept = _weights(tr.model)
+    _opt_step(tr)
+    tr.step = 3
+    assert tr.keep_best({"eval/reward": 0.99, "eval/loss": 0.1}) == {"best/infeasible": 1.0, "best/reverted": 1.0,
+                                                                     "best/step": 2.0, "best/value": 0.5}
+    assert all(torch.equal(v, kept[k]) for k, v in tr.model.state_dict().items())
+    tr.step = 4
+    assert tr.keep_best({"eval/reward": 0.4, "eval/loss": 0.0})["best/reverted"] == 1.0  # feasible but worse
+    tr.step = 5
+    assert tr.keep_best({"eval/reward": 0.9, "eval/loss": float("nan")})["best/infeasible"] == 1.0
+    tr.step = 6
+    assert tr.keep_best({"eval/reward": 0.6, "eval/loss": 0.01}) == {"best/step": 6.0, "best/value": 0.6}
+    with pytest.raises(ValueError, match=r"best_constraints 'eval/loss': the periodic eval logged no such metric"):
+        tr.keep_best({"eval/reward": 0.6})
+    with pytest.raises(ValueError, match="best_constraints 'exact/loss': the periodic eval logs"):
+        _cfg(tiny_model, tmp_path, best_constraints={"exact/loss": {"max": 0.05}})
+    with pytest.raises(ValueError, match="needs min, max or both"):
+        _cfg(tiny_model, tmp_path, best_constraints={"eval/loss": {}})
+    with pytest.raises(ValueError, match="is above its max"):
+        _cfg(tiny_model, tmp_path, best_constraints={"eval/loss": {"min": 0.5, "max": 0.1}})
+    with pytest.raises(ValueError, match="extra"):
+        _cfg(tiny_model, tmp_path, best_constraints={"eval/loss": {"below": 0.1}})
 
 
 def test_eval_sets_and_a_weighted_best(tiny_model: Path, tmp_path: Path) -> None:

@@ -424,13 +424,13 @@ def test_restart_trap_share_restarts_choices_among_value_keeping_moves_against_t
         load_env("tictactoe", transport="inprocess", task="move", restart_trap_share=0.5)
 
 
-def test_restart_trap_random_move_prob_sets_the_trap_groups_opponent_only() -> None:
-    """`restart_trap_random_move_prob`: the trap groups play that opponent (here 0.5); the same boards are drawn as
+def test_restart_trap_random_sets_the_trap_groups_opponent_only() -> None:
+    """`restart_trap_random`: the trap groups play that opponent (here 0.5); the same boards are drawn as
     with the default (the same rng seed), and the other restarted groups keep the optimal opponent; without
     `restart_trap_share` the option is refused (it would change nothing)."""
     kw = {"transport": "inprocess", "min_random_move_prob": 0.0, "max_random_move_prob": 0.0,
           "restart_board": "last_unforced", "restart_opponent": "optimal", "restart_trap_share": 0.5}
-    _, plain, half, again = _restart_two_ways(kw, {"restart_trap_random_move_prob": 0.5}, 48, 12, 3)
+    _, plain, half, again = _restart_two_ways(kw, {"restart_trap_random": 0.5}, 48, 12, 3)
     assert [r["board"] for r in half] == [r["board"] for r in plain]
     traps = [r for r in half if r.get("trap")]
     assert len(traps) == 6 and all(r["random_move_prob"] == 0.5 for r in traps)
@@ -438,6 +438,6 @@ def test_restart_trap_random_move_prob_sets_the_trap_groups_opponent_only() -> N
     assert all(r["random_move_prob"] == 0.0 for r in half if not r.get("trap"))
     assert all(t.error is None for t in again)
     with pytest.raises(ValueError, match="set restart_trap_share"):
-        load_env("tictactoe", transport="inprocess", restart_trap_random_move_prob=0.5)
-    with pytest.raises(ValueError, match="restart_trap_random_move_prob"):
-        load_env("tictactoe", transport="inprocess", restart_trap_share=0.5, restart_trap_random_move_prob=1.5)
+        load_env("tictactoe", transport="inprocess", restart_trap_random=0.5)
+    with pytest.raises(ValueError, match="restart_trap_random"):
+        load_env("tictactoe", transport="inprocess", restart_trap_share=0.5, restart_trap_random=1.5)

@@ -63,6 +63,25 @@ class TaskPhase(BaseModel):
         "of this phase (e.g. the opponent's random-move range).")
 
 
+class Bounds(BaseModel):
+    """A range a periodic-eval metric must lie in (`best_constraints`): `min` <= value <= `max`, either end open."""
+
+    model_config = ConfigDict(extra="forbid")
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Bounds:
+        if self.min is None and self.max is None:
+            raise ValueError("a constraint needs min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"a constraint's min ({self.min}) is above its max ({self.max})")
+        return self
+
+    def holds(self, value: float) -> bool:
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+
 class GRPOConfig(ModelTrainConfig):
     """`toolgym train CONFIG`: the GRPO loop."""
 
@@ -167,6 +186,12 @@ class GRPOConfig(ModelTrainConfig):
         "that is at least as good as the best so far (a tie goes to the later step) writes OUTPUT/best/ (HF "
         "weights + best.json: step, metric, value). Needs eval_every. Lower is better unless greater_is_better.")
     greater_is_better: bool = Field(False, description="best_metric: higher values are better.")
+    best_constraints: dict[str, Bounds] = Field(default_factory=dict, description="best_metric among the evals "
+        "that meet these: {metric = {min = ..., max = ...}, ...}, each a periodic-eval metric as best_metric names "
+        "them (e.g. {\"eval/exact/loss\" = {max = 0.05}} with best_metric = \"eval/random/exact/win\" and "
+        "greater_is_better: the most wins against random play among the evals under 5 % losses). An eval that "
+        "misses one is no candidate (logged best/infeasible = 1) and, with revert_to_best, is worse than any kept "
+        "best.")
     best_from_step: int = Field(0, ge=0, description="best_metric: evals before this step neither count as best "
         "nor trigger revert_to_best (an early phase that is worse by design, e.g. an annealed opponent).")
     revert_to_best: bool = Field(False, description="With best_metric: when a periodic eval is worse than the best, "
@@ -198,19 +223,21 @@ class GRPOConfig(ModelTrainConfig):
             names = [self.best_metric] if isinstance(self.best_metric, str) else list(self.best_metric)
             if not names:
                 raise ValueError("best_metric: an empty weighted sum")
-            for metric in names:
+            for metric in [*names, *self.best_constraints]:
                 parts = metric.split("/")
                 if len(parts) > 2 and parts[1] in self.eval_sets:  # eval/NAME/...: that eval set's metric
                     parts = [parts[0], *parts[2:]]
                 exact = parts[1:2] == ["exact"]
                 if exact != self.eval_exact or parts[0] != "eval" or len(parts) < 2:
                     logs = "eval/[SET/]exact/..." if self.eval_exact else "eval/[SET/]... (eval_exact is off)"
-                    raise ValueError(f"best_metric {metric!r}: the periodic eval logs {logs}")
+                    label = "best_metric" if metric in names else "best_constraints"
+                    raise ValueError(f"{label} {metric!r}: the periodic eval logs {logs}")
             if self.ema_decay:
                 raise ValueError("best_metric with ema_decay: the eval scores the average while the optimizer "
                                  "steps the live weights; use one or the other")
-        elif self.revert_to_best or self.best_from_step or self.greater_is_better:
-            raise ValueError("revert_to_best, best_from_step and greater_is_better act on best_metric: set it too")
+        elif self.revert_to_best or self.best_from_step or self.greater_is_better or self.best_constraints:
+            raise ValueError("revert_to_best, best_from_step, greater_is_better and best_constraints act on "
+                             "best_metric: set it too")
         if self.deterministic and self.engine != "hf":
             raise ValueError(f"deterministic needs engine = \"hf\" (a vLLM sampler batches on its own), not "
                              f"{self.engine!r}")

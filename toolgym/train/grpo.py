@@ -671,19 +671,26 @@ class GRPOTrainer:
         """`best_metric`: compare this step's eval with the best so far. At least as good (a tie goes to the later
         step): write OUTPUT/best/ (and keep the weights and optimizer state in memory for `revert_to_best`). Worse,
         with `revert_to_best`: put the best's weights and optimizer state back. A value that is not a number (NaN, inf)
-        changes nothing and is logged best/nonfinite = 1. Returns the metrics to log: best/step, best/value and, where
-        it happened, best/reverted = 1."""
+        changes nothing and is logged best/nonfinite = 1. An eval outside `best_constraints` is no candidate (logged
+        best/infeasible = 1) and counts as worse for `revert_to_best`. Returns the metrics to log: best/step,
+        best/value and, where it happened, best/reverted = 1."""
         cfg = self.cfg
         name = cfg.best_metric
         assert name is not None
         weights = {name: 1.0} if isinstance(name, str) else name
-        for metric in weights:
+        for metric in [*weights, *cfg.best_constraints]:
             if metric not in rec:
                 have = sorted(k for k in rec if k.startswith("eval/"))
-                raise ValueError(f"best_metric {metric!r}: the periodic eval logged no such metric (it logged: "
+                label = "best_metric" if metric in weights else "best_constraints"
+                raise ValueError(f"{label} {metric!r}: the periodic eval logged no such metric (it logged: "
                                  f"{', '.join(have)})")
         if self.step < cfg.best_from_step:
             return {}
+        missed = [m for m, bounds in cfg.best_constraints.items() if not bounds.holds(float(rec[m]))]
+        if missed:
+            logging.getLogger("toolgym.train").info("step %d: %s outside best_constraints: not a candidate",
+                                                    self.step, ", ".join(f"{m} = {float(rec[m]):g}" for m in missed))
+            return {"best/infeasible": 1.0, **self._revert(name, None), **self._best_log()}
         value = sum(w * float(rec[metric]) for metric, w in weights.items())
         if not math.isfinite(value):  # an eval that measured nothing (0 / 0): neither a best nor a reason to go back
             logging.getLogger("toolgym.train").warning("step %d: %s = %g is not a number: not compared with the best",
@@ -691,20 +698,28 @@ class GRPOTrainer:
             return {"best/nonfinite": 1.0, **self._best_log()}
         best = self.best
         better = best is None or (value >= best["value"] if cfg.greater_is_better else value <= best["value"])
-        out: dict[str, Any] = {}
         if better:
             self.best = {"step": self.step, "metric": name, "value": value}
+            if cfg.best_constraints:
+                self.best["constraints"] = {m: float(rec[m]) for m in cfg.best_constraints}
             self.write_best()
-        elif cfg.revert_to_best:
-            assert self.best_state is not None
-            self.model.load_state_dict(self.best_state["model"])
-            # the optimizer copies nothing it can share: a deep copy keeps the kept state unchanged
-            self.opt.load_state_dict(copy.deepcopy(self.best_state["optimizer"]))
-            self.sync_sampler()
-            out["best/reverted"] = 1.0
-            logging.getLogger("toolgym.train").info("step %d: %s = %g, worse than step %d's %g: back to its weights",
-                                                    self.step, name, value, self.best["step"], self.best["value"])
-        return {**out, **self._best_log()}
+            return self._best_log()
+        return {**self._revert(name, value), **self._best_log()}
+
+    def _revert(self, name: Any, value: float | None) -> dict[str, float]:
+        """`revert_to_best` after an eval worse than the best kept (`value`; None: outside `best_constraints`): put
+        the best's weights and optimizer state back. Nothing without revert_to_best or a best kept."""
+        if not self.cfg.revert_to_best or self.best is None:
+            return {}
+        assert self.best_state is not None
+        self.model.load_state_dict(self.best_state["model"])
+        # the optimizer copies nothing it can share: a deep copy keeps the kept state unchanged
+        self.opt.load_state_dict(copy.deepcopy(self.best_state["optimizer"]))
+        self.sync_sampler()
+        logging.getLogger("toolgym.train").info("step %d: %s = %s, worse than step %d's %g: back to its weights",
+                                                self.step, name, "outside best_constraints" if value is None
+                                                else f"{value:g}", self.best["step"], self.best["value"])
+        return {"best/reverted": 1.0}
 
     def _best_log(self) -> dict[str, float]:
         """best/step and best/value of the best so far (nothing before the first)."""

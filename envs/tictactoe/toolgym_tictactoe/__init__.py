@@ -157,7 +157,7 @@ class TicTacToeEnv(StatefulToolEnv):
         restart_board: Literal["uniform", "last_unforced"] = "uniform",
         restart_symmetry: bool = False,
         restart_trap_share: Prob = 0.0,
-        restart_trap_random_move_prob: Prob = 1.0,
+        restart_trap_random: Prob = 1.0,
         suggest_turns: Annotated[int, Field(ge=1, le=9)] = 3,
         transport: Literal["stdio", "http", "inprocess"] = "stdio",
         **options: Any,
@@ -233,7 +233,7 @@ class TicTacToeEnv(StatefulToolEnv):
                 The share is taken after the replayed groups, so with `restart_replay` it can leave no group for
                 the lost games' boards (and the buffer nothing new to score): keep `round(restart_share *
                 batch_size)` above the replayed and trap groups together (a warning says so once when not).
-            restart_trap_random_move_prob: The trap groups' opponent's random-move probability (default 1, the
+            restart_trap_random: The trap groups' opponent's random-move probability (default 1, the
                 random player). Below 1 the opponent also plays its minimax moves, so a move that gives up the game
                 value is punished more often: walked exactly with a best-responding X, 4.6 % of the 461 trap boards
                 (1-7 marks) have a value-losing move as their best against the random player, none at 0.5, where
@@ -273,11 +273,11 @@ class TicTacToeEnv(StatefulToolEnv):
             raise ValueError("restart_trap_share: a share 0-1 of restarted games (task=game)")
         self.restart_trap_share = restart_trap_share
         self._warned_no_lost = False
-        if not 0.0 <= restart_trap_random_move_prob <= 1.0:
-            raise ValueError("restart_trap_random_move_prob: a probability 0-1")
-        if restart_trap_random_move_prob != 1.0 and not restart_trap_share:
-            raise ValueError("restart_trap_random_move_prob sets the trap groups' opponent: set restart_trap_share")
-        self.restart_trap_random_move_prob = restart_trap_random_move_prob
+        if not 0.0 <= restart_trap_random <= 1.0:
+            raise ValueError("restart_trap_random: a probability 0-1")
+        if restart_trap_random != 1.0 and not restart_trap_share:
+            raise ValueError("restart_trap_random sets the trap groups' opponent: set restart_trap_share")
+        self.restart_trap_random = restart_trap_random
         if restart_replay and task != "game":
             raise ValueError("restart_replay replays restarted games (task=game)")
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
@@ -492,7 +492,7 @@ class TicTacToeEnv(StatefulToolEnv):
                 fresh = [b for b in boards if b not in seen]
                 if len(rows) >= want or not fresh:
                     continue
-                row = self._restart_row(task, rng.choice(fresh), seen, rng, self.restart_trap_random_move_prob)
+                row = self._restart_row(task, rng.choice(fresh), seen, rng, self.restart_trap_random)
                 rows.append({**row, "trap": True})
         for pool in (lost, other):
             rng.shuffle(pool)
