@@ -254,6 +254,15 @@ class StatefulToolEnv:
         without `restart_share`, where they would change nothing."""
         return []
 
+    def restart_state(self) -> Any:
+        """What `restart_tasks` keeps from one call to the next (a replay buffer, counters), picklable: GRPO saves it
+        in each checkpoint and hands it to `load_restart_state` on `--resume`, so a resumed run restarts from the
+        same states an unbroken one would. Default: None (nothing kept)."""
+        return None
+
+    def load_restart_state(self, state: Any) -> None:
+        """Put back what `restart_state` returned (GRPO's `--resume`). Default: nothing to put back."""
+
     def scripted_players(self) -> dict[str, Callable[..., Any]]:
         """Scripted policies this env ships, by name (`scripted:NAME`): factories `f(env, **options) -> Policy`."""
         return {}

@@ -193,6 +193,40 @@ def test_restart_options_without_restart_share_are_refused(tiny_model: Path, tmp
     assert GRPOTrainer(_cfg(tiny_model, tmp_path / "off", env_args=game, restart_share=0.0)).env.restart_options() == []
 
 
+def test_a_resumed_run_restarts_from_what_the_unbroken_run_would(tiny_model: Path, tmp_path: Path) -> None:
+    """GRPO's checkpoints keep what the next step's restarts are drawn from (the last step's rollouts and the env's
+    `restart_state`): a deterministic run stopped after each of its first three steps (`max_minutes`) and resumed
+    plays the same restarts, games and rewards as the same run unbroken. Before, the first step after a resume had
+    no restarts at all and the replay buffer started empty."""
+    import torch
+
+    from toolgym.train.grpo import run_grpo
+    from toolgym.train.runstate import checkpoints, read_metrics, read_rollouts
+
+    kw = dict(deterministic=True, max_steps=5, rollouts_per_example=4,
+              env_args={"transport": "inprocess", "starts": "positions", "kinds": "quiet", "restart_replay": 0.5})
+    run_grpo(_cfg(tiny_model, tmp_path / "a", **kw))
+    b = tmp_path / "b"
+    for i in range(3):
+        run_grpo(_cfg(tiny_model, b, max_minutes=1e-6, **kw), resume=i > 0)
+    assert [m["step"] for m in read_metrics(b)] == [1, 2, 3]
+    extra = torch.load(checkpoints(b)[-1] / "trainer_state.pt", weights_only=False)["extra"]
+    assert len(extra["restart_from"]) == 8 and all(t.tokens is None for t in extra["restart_from"])
+    assert set(extra["env_restart_state"]) == {"replay", "replay_clock"}
+    assert extra["env_restart_state"]["replay_clock"] == 2  # restarts drawn at steps 2 and 3
+    run_grpo(_cfg(tiny_model, b, **kw), resume=True)
+    keys = ("step", "reward", "restart_groups")
+    ma, mb = read_metrics(tmp_path / "a"), read_metrics(b)
+    assert [m["restart_groups"] for m in ma] == [0, 1, 1, 1, 1]
+    assert [[m[k] for k in keys] for m in mb] == [[m[k] for k in keys] for m in ma]
+
+    def games(run: Path) -> list[tuple]:  # type: ignore[type-arg]
+        return sorted((r["step"], r["example_id"], r["rollout_index"], json.dumps(r["task"], sort_keys=True),
+                       r["reward"]) for r in read_rollouts(run))
+
+    assert games(b) == games(tmp_path / "a")
+
+
 def test_read_rollouts_counts_a_replayed_step_once_and_skips_a_torn_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`read_rollouts`: the saved rollouts of a run, one per (step, example, rollout) -- the last copy of a step that
     a resume replayed -- and a line torn by a kill skipped, from the run folder or the file."""
@@ -328,6 +362,23 @@ def test_restart_replay_buffer_keeps_the_most_contested_boards_and_refreshes_sco
     assert outcome.replay[(TRAP, 2, 0.0, 0, None, None)]["score"] == pytest.approx(0.25)
 
 
+def test_restart_state_round_trip_replays_the_same_boards() -> None:
+    """`restart_state` / `load_restart_state` (what GRPO's checkpoints keep): a fresh env given a filled buffer's
+    state draws the same rows as the env it came from, with the same rng; the state is a copy, not a view."""
+    trajs = _restarted(LOST, 1, "llllllll") + _restarted(TRAP, 2, "ddddllll")
+    env = load_env("tictactoe", transport="inprocess", restart_replay=0.5)
+    env.restart_tasks(trajs, 2, random.Random(0))
+    state = env.restart_state()
+    assert len(state["replay"]) == 2 and state["replay_clock"] == 1
+    other = load_env("tictactoe", transport="inprocess", restart_replay=0.5)
+    assert other.restart_state() == {"replay": {}, "replay_clock": 0}
+    other.load_restart_state(state)
+    assert other.restart_tasks(trajs, 2, random.Random(7)) == env.restart_tasks(trajs, 2, random.Random(7))
+    assert other.restart_state() == env.restart_state() and state["replay_clock"] == 1  # the saved copy unchanged
+    other.load_restart_state(None)  # a checkpoint with nothing saved leaves the env as it is
+    assert other.restart_state()["replay_clock"] == 2
+
+
 @pytest.mark.parametrize("bad", [{"restart_replay": 1.5}, {"restart_replay": -0.1}, {"restart_staleness": 1.0},
                                  {"restart_temperature": 0}, {"restart_buffer": 0}, {"restart_score": "value"},
                                  {"restart_opponent": "strong"}, {"restart_invalid_move": "retry"},
@@ -441,3 +492,27 @@ def test_restart_trap_random_sets_the_trap_groups_opponent_only() -> None:
         load_env("tictactoe", transport="inprocess", restart_trap_random=0.5)
     with pytest.raises(ValueError, match="restart_trap_random"):
         load_env("tictactoe", transport="inprocess", restart_trap_share=0.5, restart_trap_random=1.5)
+
+
+def test_a_restart_state_that_cannot_be_pickled_leaves_the_checkpoint_without_it(tiny_model: Path, tmp_path: Path,
+                                                                                   caplog: pytest.LogCaptureFixture
+                                                                                   ) -> None:
+    """An env whose `restart_state` cannot be saved (here a lock) does not break the checkpoint: it is written
+    without the restart state, with a warning, and the run ends normally."""
+    import threading
+
+    import torch
+    from toolgym_tictactoe import TicTacToeEnv
+
+    from toolgym.train.grpo import run_grpo
+    from toolgym.train.runstate import checkpoints
+
+    class Unsaveable(TicTacToeEnv):
+        def restart_state(self):  # type: ignore[no-untyped-def]
+            return {"lock": threading.Lock()}
+
+    env = Unsaveable(transport="inprocess", starts="positions", kinds="quiet")
+    with caplog.at_level("WARNING", logger="toolgym.train"):
+        run_grpo(_cfg(tiny_model, tmp_path / "run", max_steps=2, save_every=1), env=env)
+    assert "the restart state cannot be saved" in caplog.text
+    assert torch.load(checkpoints(tmp_path / "run")[-1] / "trainer_state.pt", weights_only=False)["extra"] == {}

@@ -290,7 +290,9 @@ class GRPOTrainer:
         self.step = 0
         self._eval_noted = False  # the periodic eval's repeated tasks are named once per run
         if ckpt is not None:
-            self.step = load_trainer_state(ckpt, self.opt, self.sched)["step"]
+            state = load_trainer_state(ckpt, self.opt, self.sched)
+            self.step = state["step"]
+            self.load_restart_extra(state.get("extra") or {})
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         self.reasoning_end_ids = self.tok.encode(cfg.reasoning_end, add_special_tokens=False)
         self.dev = next(self.model.parameters()).device
@@ -406,6 +408,33 @@ class GRPOTrainer:
         if cfg.restart_share:
             self.restart_from = trajs
         return trajs
+
+    def restart_extra(self) -> dict[str, Any]:
+        """With `restart_share`, what the next step's restarts are drawn from, for the checkpoint: the last step's
+        rollouts (without their token traces) and the env's `restart_state` (a replay buffer). A resume then draws
+        the same restarts as an unbroken run."""
+        if not self.cfg.restart_share:
+            return {}
+        import dataclasses
+        import pickle
+
+        extra = {"restart_from": [dataclasses.replace(t, tokens=None) for t in self.restart_from],
+                 "env_restart_state": self.env.restart_state()}
+        try:
+            pickle.dumps(extra)
+        except Exception as e:  # an env's trajectory info or state that cannot be saved: the checkpoint goes without
+            logging.getLogger("toolgym.train").warning(
+                "step %d: the restart state cannot be saved in the checkpoint (%s: %s); a resume from it starts "
+                "without previous rollouts", self.step, type(e).__name__, e)
+            return {}
+        return extra
+
+    def load_restart_extra(self, extra: dict[str, Any]) -> None:
+        """Put back what `restart_extra` saved (a checkpoint written before it existed has none: the first step
+        after such a resume has no restarts, and the env starts its state afresh)."""
+        if self.cfg.restart_share and "restart_from" in extra:
+            self.restart_from = list(extra["restart_from"])
+            self.env.load_restart_state(extra["env_restart_state"])
 
     async def probes(self, step: int) -> list[Trajectory]:
         """`probe_games` pool tasks (drawn per step, seeded) played greedily by the current weights and marked
@@ -644,8 +673,9 @@ class GRPOTrainer:
                 self.log.log(rec)  # metrics before the checkpoint: a kill in between replays the step
                 if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or out_of_time:
                     t3 = time.perf_counter()
-                    save_checkpoint(cfg.output_dir, self.step, self.model, self.tok, self.opt, self.sched, {},
-                                    cfg.keep_checkpoints, self.write_ema if self.ema is not None else None)
+                    save_checkpoint(cfg.output_dir, self.step, self.model, self.tok, self.opt, self.sched,
+                                    self.restart_extra(), cfg.keep_checkpoints,
+                                    self.write_ema if self.ema is not None else None)
                     rec["save_s"] = time.perf_counter() - t3
                 last = rec
                 if self.on_step:

@@ -6,7 +6,7 @@ Layout of `output_dir`:
 |---|---|
 | `config.json` | the resolved config (a resumed run must match it on the fields that matter) |
 | `metrics.jsonl` | one JSON object per optimizer step (`{"step": n, ...}`), appended + flushed + fsynced |
-| `checkpoints/step_000012/` | `model/` (HF `save_pretrained`: full weights or the LoRA adapter), `trainer_state.pt` (optimizer, scheduler, torch/python RNG, step), `DONE` (written last) |
+| `checkpoints/step_000012/` | `model/` (HF `save_pretrained`: full weights or the LoRA adapter), `trainer_state.pt` (optimizer, scheduler, torch/python RNG, step; GRPO with `restart_share`: the last step's rollouts and the env's `restart_state`), `DONE` (written last) |
 | `checkpoints/step_N/ema.safetensors`, `ema/` | GRPO with `ema_decay`: the weights' moving average (float32 shadow for resume; HF folder for evals) |
 | `final/` | plain HF weights (LoRA merged when `save_merged`), loadable as `hf:output_dir/final`, and `adapter/` for LoRA runs; with `ema_decay` the average, and `final_live/` the trained weights |
 

@@ -28,6 +28,7 @@ held-out split the game passed through), which `toolgym synth --drop-if heldout_
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import random
 import statistics
@@ -283,8 +284,8 @@ class TicTacToeEnv(StatefulToolEnv):
         self.restart_replay, self.restart_buffer = restart_replay, restart_buffer
         self.restart_temperature, self.restart_staleness, self.restart_score = \
             restart_temperature, restart_staleness, restart_score
-        # the replay buffer (restart_replay): key (board + opponent) -> {"row", "score", "scored"}; in memory only,
-        # so a resumed run starts it empty (its first step has no restarts at all: no previous rollouts)
+        # the replay buffer (restart_replay): key (board + opponent) -> {"row", "score", "scored"}; GRPO's checkpoints
+        # keep it (restart_state / load_restart_state)
         self.replay: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.replay_clock = 0  # restart_tasks calls with restart_replay on (the staleness unit)
         if task not in ("game", "move"):
@@ -559,6 +560,14 @@ class TicTacToeEnv(StatefulToolEnv):
         if (self.min_p, self.max_p) not in ((0.0, 0.0), (1.0, 1.0)):
             raise ValueError("exact_eval needs the optimal (random-move probability 0) or the random (1) opponent, "
                              f"not {self.min_p}-{self.max_p}")
+
+    def restart_state(self) -> dict[str, Any]:
+        """The replay buffer (`restart_replay`) and its clock, for GRPO's checkpoints."""
+        return {"replay": copy.deepcopy(self.replay), "replay_clock": self.replay_clock}
+
+    def load_restart_state(self, state: Any) -> None:
+        if state is not None:
+            self.replay, self.replay_clock = copy.deepcopy(state["replay"]), int(state["replay_clock"])
 
     def restart_options(self) -> list[str]:
         """`restart_replay`, a `restart_max_pieces` below 7, `restart_opponent = "optimal"`, `restart_invalid_move =
