@@ -716,6 +716,8 @@ case "$1" in
     # choices among value-keeping moves (restart_trap_share; docs: "twenty-seventh round")
     # ARMS=t10-opt-trap1h-kl01-sym3-keep100-seedN: keep100 and one trap group more a step, against an opponent at
     # random-move probability 0.5 (docs: "twenty-eighth round")
+    # ARMS=t10-opt-trap2-kl01-sym3-keep100-seedN: keep100 and two trap groups more a step, against the random player
+    # (docs: "twenty-eighth round"; run alone with THREADS=2)
     N=$R/forced-late
     [ -d $N/sft2/final ] || { echo "forced-exact continues the late start: run.sh forced-late-start first"; exit 2; }
     for a in ${ARMS:-t10-opt-kl01-sym3-exact-seed5 t10-opt-kl01-sym3-exact-seed6}; do
@@ -760,6 +762,11 @@ case "$1" in
         t10-opt-trap1h-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
           -s best_from_step=20 -s max_steps=100 -s batch_size=9 -s env_args.restart_replay=0.57
           -s env_args.restart_trap_share=0.15 -s env_args.restart_trap_random=0.5) ;;
+        # ... two trap groups more, against the random player as in the twenty-seventh round's trap arm, on keep100's
+        # unchanged eight (round(0.75 * 10) = 8 restarted: 4 replayed, 2 trap, 2 from lost games; 2 new games)
+        t10-opt-trap2-kl01-sym3-keep100-seed[0-9]*) S=(-s deterministic=true -s best_metric=eval/exact/loss
+          -s best_from_step=20 -s max_steps=100 -s batch_size=10 -s env_args.restart_replay=0.5
+          -s env_args.restart_trap_share=0.25) ;;
         t10-mix05-kl01-sym3-both100-seed[0-9]*) S=(-s deterministic=true -s best_from_step=20 -s max_steps=100
           -s "task_schedule=[$(p 0 0.5)]" -s eval_sets.random.min_random_move_prob=1
           -s eval_sets.random.max_random_move_prob=1
