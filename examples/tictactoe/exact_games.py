@@ -8,8 +8,9 @@ noise, where 200 sampled games leave +-3.5 points at a 7 % loss rate.
 MODEL_URI: `hf:PATH` (sampled greedily: temperature 0), `scripted:minimax`, ... Prints, per model, the exact W/D/L %,
 the turn-cap and errored shares, the lines played and the lines that did not replay their parent's moves (0 for a
 deterministic player), then where the lost probability went: the board of X's first value-losing move, by symmetry class
-(`positions.blunder`; games lost at the turn cap apart). `--json` writes every line (moves, status, weight). Exits 3
-when a walk was not exact: an errored game (counted as lost) or a line that did not replay its parent's moves.
+(`positions.blunder`; games left at the turn cap, or errored, by the board they stopped on). `--json` writes every
+line (moves, status, weight). Exits 3 when a walk was not exact: an errored game (counted as lost) or a line that did
+not replay its parent's moves.
 """
 
 from __future__ import annotations
@@ -33,17 +34,21 @@ from toolgym import load_policy
 from toolgym.eval import inexact_reason
 from toolgym.cli import parse_kv
 
-CAP = "(turn cap or errored: no value-losing move)"
-
-
 def lost_by_class(result: ExactResult) -> dict[str, float]:
-    """The lost probability by the symmetry class of the board where X first gave up game value (CAP otherwise)."""
+    """The lost probability by the symmetry class of the board where X first gave up game value. A line left at the
+    turn cap is keyed `(turn cap) BOARD` instead, BOARD the class of the board it stopped on (X to move, naming no free
+    cell): where a model's output breaks down; an errored line `(errored) BOARD`."""
     out: dict[str, float] = defaultdict(float)
     for line in result.lines:
         if line.status in ("win", "draw"):
             continue
         found = P.blunder("." * 9, line.moves) if line.status == "loss" else None
-        out[P.canonical(found[0]) if found else CAP] += line.weight
+        if found:
+            key = P.canonical(found[0])
+        else:
+            kind = "(turn cap)" if line.status == "in_progress" else "(errored)"
+            key = f"{kind} {P.canonical(P.replay('.' * 9, line.moves)[-1])}"
+        out[key] += line.weight
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -89,7 +94,7 @@ def main() -> None:
         dump[uri] = {"opponent": args.opponent, **r.summary(), "games": r.games,
                      "lines": [asdict(line) for line in r.lines]}
     for uri, r in results.items():
-        print(f"\n{uri}: lost {100 * r.loss:.2f} %, by where X first gave up the value")
+        print(f"\n{uri}: lost {100 * r.loss:.2f} %, by where X first gave up the value (or stopped)")
         for cls, w in lost_by_class(r).items():
             print(f"  {cls:45s} {100 * w:6.2f} %")
     if args.json:
