@@ -34,6 +34,7 @@ from toolgym import load_policy
 from toolgym.eval import inexact_reason
 from toolgym.cli import parse_kv
 
+
 def lost_by_class(result: ExactResult) -> dict[str, float]:
     """The lost probability by the symmetry class of the board where X first gave up game value. A line left at the
     turn cap is keyed `(turn cap) BOARD` instead, BOARD the class of the board it stopped on (X to move, naming no free
@@ -104,6 +105,7 @@ def main() -> None:
     if inexact:
         print("\n".join(f"not exact: {uri}: {why}" for uri, why in inexact.items()), file=sys.stderr)
         raise SystemExit(3)
+
 
 if __name__ == "__main__":
     main()
