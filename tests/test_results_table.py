@@ -109,7 +109,8 @@ def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> Non
         _eval(tmp_path / player, player, "-n", "24", "--seed", "5", "-a", "min_random_move_prob=0",
               "-a", "max_random_move_prob=0")
     n, losses, where = mod.lost_at(tmp_path / "random")
-    assert n == 24 and losses >= 8 and sum(where.values()) == losses and mod.CAP not in where  # no invalid calls
+    assert n == 24 and losses >= 8 and sum(where.values()) == losses
+    assert all(map(mod.is_class, where))  # no invalid calls: every loss at a value-losing move
     for board in where:
         pos = P.analyze(board)
         assert board == P.canonical(board) and pos.value >= 0 and pos.kind in ("quiet", "free", "block", "win")
@@ -120,6 +121,17 @@ def test_losses_script_names_the_move_that_lost_each_game(tmp_path: Path) -> Non
     rec = json.loads(res.read_text().splitlines()[0])
     res.write_text(res.read_text() + json.dumps({**rec, "example_id": 99, "error": "server died"}) + "\n")
     assert mod.lost_at(tmp_path / "minimax") == (25, 1, {mod.ERRORED: 1})
+    # a loss with no value-losing move (invalid moves: a forfeit or the turn cap) is keyed by the board it stopped on,
+    # two mirror images pooled in one class
+    rec = json.loads(res.read_text().splitlines()[0])
+    for i, moves in enumerate((["O0", "X4"], ["O2", "X4"])):
+        info = {**rec["info"], "start": "." * 9, "result": {**rec["info"]["result"], "status": "loss", "moves": moves,
+                                                             "board": "O...X...." if i == 0 else "..O.X...."}}
+        res.write_text(res.read_text() + json.dumps({**rec, "example_id": 100 + i, "info": info,
+                                                     "metrics": {**rec["metrics"], "loss": 1.0}}) + "\n")
+    stopped = f"{mod.INVALID} {P.canonical('O...X....')}"
+    assert mod.lost_at(tmp_path / "minimax") == (27, 3, {mod.ERRORED: 1, stopped: 2})
+    assert not mod.is_class(stopped) and mod.is_class(P.canonical("O...X...."))
     # constructed: X (moving second) takes an edge after O's corner -- the first move outside the optimal set
     assert mod.first_blunder("." * 9, ["O0", "X1", "O4", "X8", "O3", "X5", "O6"]) == "O........"
     assert mod.first_blunder("." * 9, ["O0", "X4", "O8", "X1"]) is None  # every X move kept the draw

@@ -163,7 +163,7 @@ def main() -> None:
         losses = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(losses)  # type: ignore[union-attr]
         where = losses.lost_at(args.from_eval)[2]
-        classes += [b for b, _ in where.most_common() if b not in (losses.CAP, losses.ERRORED)][: args.top]
+        classes += [b for b, _ in where.most_common() if losses.is_class(b)][: args.top]
     if (args.run_dir / "results.jsonl").exists():  # an eval: every rollout in one window
         results, rollouts = eval_rollouts(args.run_dir)
         args.window = 1

@@ -2,7 +2,8 @@
 up game value (a position where X could still draw or win, and the move played is not among its optimal ones),
 grouped by the position's symmetry class, with how many of those moves made a threat or a fork of X's (one or two
 cells that complete a line: on a block board, an attack played instead of the block); games lost without such a move
-(the turn cap after invalid moves) are counted apart, and so are errored rollouts (each counted as a lost game).
+(invalid moves: the turn cap, or a forfeit) are keyed by the board they stopped on instead, `(invalid moves) BOARD`, so
+a board where a model's output breaks down shows up by name; errored rollouts are counted apart (each a lost game).
 
     python examples/tictactoe/losses.py EVAL_DIR [EVAL_DIR ...]
 
@@ -18,8 +19,14 @@ from pathlib import Path
 from toolgym.journal import read_results
 from toolgym_tictactoe import positions as P
 
-CAP = "(no value-losing move: the turn cap after invalid moves)"
+INVALID = "(invalid moves)"  # prefix of a loss with no value-losing move: `(invalid moves) BOARD`, BOARD its class
 ERRORED = "(errored rollout: counted as a loss)"
+
+
+def is_class(key: str) -> bool:
+    """Whether a key of `lost_at`'s counter is a symmetry class where X gave up the value (not a stop by invalid moves
+    or an errored rollout)."""
+    return not key.startswith("(")
 
 
 def first_blunder(start: str, moves: list[str]) -> str | None:
@@ -38,7 +45,8 @@ def threats_made(board: str, cell: int) -> int:
 
 
 def lost_at(eval_dir: Path) -> tuple[int, int, Counter[str]]:
-    """(games, losses, where each loss was decided: symmetry class, CAP, or ERRORED for a rollout that failed)."""
+    """(games, losses, where each loss was decided: the symmetry class of X's first value-losing move; without one,
+    `(invalid moves) BOARD`, BOARD the class of the board the game stopped on; ERRORED for a rollout that failed)."""
     n, losses, where, _ = lost_detail(eval_dir)
     return n, losses, where
 
@@ -62,7 +70,8 @@ def lost_detail(eval_dir: Path) -> tuple[int, int, Counter[str], Counter[tuple[s
         res = info.get("result") or {}
         found = blunder(info.get("start") or "." * 9, list(res.get("moves") or []))
         if found is None:
-            where[CAP] += 1
+            stopped = res.get("board") or P.replay(info.get("start") or "." * 9, list(res.get("moves") or []))[-1]
+            where[f"{INVALID} {P.canonical(stopped)}"] += 1
             continue
         board, cell = found
         cls = P.canonical(board)
@@ -83,7 +92,7 @@ def main() -> None:
         print("| decided at (symmetry class, X to move) | kind | split | games | of which a threat / a fork made |\n"
               "|---|---|---|---|---|")
         for board, k in where.most_common():
-            if board in (CAP, ERRORED):
+            if not is_class(board):
                 print(f"| {board} | | | {k} | |")
             else:
                 pos = P.analyze(board)
