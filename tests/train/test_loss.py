@@ -191,3 +191,39 @@ def test_shared_prefix_forward_equals_the_full_forward(tiny_model, monkeypatch) 
     for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-4, rtol=1e-4)
     assert used == [True]  # the shared path ran (a cache type it cannot broadcast would fall back)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_a_constant_group_of_eight_gets_exactly_zero(scale: bool) -> None:
+    """Eight equal rewards of 1.2 (outcome 1 + format 0.2): their float32 mean is an ulp off, which left each 1.2e-7
+    of advantage, and with scale_rewards (divided by a std of 1e-7) about 0.1 -- the same push on every token of a
+    group that compared nothing. A constant group must come out exactly 0; a mixed group as before."""
+    for v in (1.2, 0.7, 0.4185, 0.3):
+        r = torch.tensor([v] * 8 + [v] * 7 + [v - 1.0], dtype=torch.float64)
+        adv = group_advantages(r, 8, scale=scale)
+        assert adv.dtype == torch.float32
+        assert torch.all(adv[:8] == 0), (v, adv[:8].abs().max())
+        want = torch.tensor([1 / 8] * 7 + [-7 / 8])
+        if scale:
+            want = want / (math.sqrt(7) / 8 + 1e-6)
+        assert adv[8:].tolist() == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_select_groups_skips_a_constant_group_of_eight(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """skip_constant_groups leaves out a group of eight equal rewards (none of its sequences is trained on) and
+    zero_adv_groups counts it; the mixed group is kept whole."""
+    from toolgym.train.config import GRPOConfig
+    from toolgym.train.grpo import GRPOTrainer
+    from toolgym.types import TokenTrace, Trajectory
+
+    tr = GRPOTrainer.__new__(GRPOTrainer)
+    tr.cfg = GRPOConfig(model="unused", output_dir=tmp_path, env="unused", rollouts_per_example=8,
+                        skip_constant_groups=True)
+    rewards = [1.2] * 8 + [1.2] * 7 + [0.2]
+    trajs = [Trajectory(example_id=i // 8, rollout_index=i % 8, reward=r,
+                        tokens=TokenTrace(ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0]))
+             for i, r in enumerate(rewards)]
+    seqs, adv, stats, used = tr.select_groups(trajs)
+    assert stats["zero_adv_groups"] == 1.0 and stats["groups_used"] == 2
+    assert len(seqs) == 8 and {t.example_id for t in used} == {1}
+    assert torch.all(adv != 0)

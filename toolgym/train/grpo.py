@@ -496,12 +496,12 @@ class GRPOTrainer:
         stats: dict[str, float] = {"groups_used": len(kept) // G, "groups_dropped": len(groups) - len(kept) // G}
         if not kept:
             return [], None, stats, []
-        adv = group_advantages(torch.tensor(rewards), G, scale=cfg.scale_rewards)
-        stats["zero_adv_groups"] = float(sum(1 for i in range(0, len(adv), G) if adv[i : i + G].abs().max() < 1e-8))
+        adv = group_advantages(torch.tensor(rewards, dtype=torch.float64), G, scale=cfg.scale_rewards)
+        stats["zero_adv_groups"] = float(sum(1 for i in range(0, len(adv), G) if not adv[i : i + G].any()))
         stats["adv_abs_mean"] = float(adv.abs().mean())
         idx = list(range(len(kept)))
         if cfg.skip_constant_groups:
-            idx = [i for i in idx if abs(float(adv[i])) > 1e-8]
+            idx = [i for i in idx if float(adv[i]) != 0.0]  # exactly 0 in a constant group (group_advantages)
         return [kept[i].tokens for i in idx], adv[idx], stats, [kept[i] for i in idx]
 
     def images(self, used: list[Trajectory], adv: Any) -> tuple[list[TokenTrace], Any]:

@@ -39,12 +39,16 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
 
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = False, eps: float = 1e-6) -> torch.Tensor:
     """Rewards [G*group_size] laid out group after group -> mean-centred advantages (optionally / group std).
-    A group with constant reward gets advantage 0 everywhere."""
-    r = rewards.float().view(-1, group_size)
+    A group with constant reward gets advantage exactly 0 everywhere: a float32 mean of eight rewards of 1.2 is off
+    by an ulp, which would leave such a group 1e-7 (and, scaled by its std of 1e-7, about 0.1) of advantage -- a push
+    on every token of a group that compared nothing -- and `skip_constant_groups` would not see it as constant.
+    Computed in float64, returned as float32."""
+    r = rewards.double().view(-1, group_size)
     adv = r - r.mean(dim=1, keepdim=True)
     if scale:
         adv = adv / (r.std(dim=1, keepdim=True, unbiased=False) + eps)
-    return adv.view(-1)
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)
+    return adv.masked_fill(constant, 0.0).float().view(-1)
 
 
 def token_weights(mask: torch.Tensor, loss_type: str, n_seqs: int, n_tokens: int, max_len: int) -> torch.Tensor:
