@@ -696,6 +696,25 @@ case "$1" in
     python $X/frontier.py $R/eval/exact "${F[@]}" --missing > $R/frontier-todo.txt
     while read -r name model; do exact "$name" "$model" random; done < $R/frontier-todo.txt
     python $X/frontier.py $R/eval/exact "${F[@]}" -o $X/${PNG:-forced_frontier.png} ;;
+  forced-late-patch)  # twenty-ninth round (docs: "a late-board phase for the served model"): after forced-exact, a
+    # short GRPO phase from each arm's kept weights (late_patch.toml): half the games from late boards (5-8 marks) in a
+    # fresh conversation, as toolgym serve asks them, half whole games, an invalid move forfeiting; then both weights
+    # walked in their own games and through toolgym serve, against both opponents. PATCH=move: the one-move variant
+    # (every task a late board alone, the move's value as reward), which fixed the served boards and broke one in games
+    N=$R/forced-late
+    for a in ${ARMS:-t10-opt-trap2-kl01-sym3-keep100-seed14}; do
+      [ -f $N/$a/best/best.json ] || { echo "ARMS=$a run.sh forced-exact first"; exit 2; }
+      P=late-patch${PATCH:+-$PATCH}-$a
+      M=()
+      [ "${PATCH:-}" = move ] && M=(-s env_args.task=move -s env_args.position_share=0 -s num_examples=2705
+                                     -s env_args.invalid_move=retry)
+      timed forced-$P long toolgym train $X/late_patch.toml -s model=$N/$a/best -s output_dir=$N/$P "${M[@]}" \
+        ${THREADS:+-s num_threads=$THREADS} --resume
+      for m in forced-$a-best:$N/$a/best forced-$P:$N/$P/final; do
+        exact "${m%%:*}" "${m#*:}"; exact "${m%%:*}" "${m#*:}" random
+        served "${m%%:*}" "hf:${m#*:}"; served "${m%%:*}" "hf:${m#*:}" random
+      done
+    done ;;
   forced-exact)  # after forced-sym3 (docs: "where it stands"): two more seeds (5, 6) of its arm with the periodic eval
     # exact (eval_exact: every line of play against the optimal opponent, weighted) every 5 steps and a checkpoint every
     # 5, then each final model exactly against both opponents. Side by side: ARMS=... LOCK=/tmp/a, ARMS=... LOCK=/tmp/b

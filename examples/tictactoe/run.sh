@@ -84,6 +84,9 @@
 #           t10-opt-kl01-sym3-keep100, with PNG=forced_keep100.png) for that arm
 #   forced-frontier  after forced-exact: each checkpoint under 5 % exact losses walked against random play too,
 #           and frontier.py: which weights along the runs meet both game targets (BEST="ARM ARM ...", PNG=...)
+#   forced-late-patch  after forced-exact: a short GRPO phase from an arm's kept weights on late boards asked alone
+#           (as toolgym serve asks them) and whole games (late_patch.toml), then both weights in their own games and
+#           served (ARMS=..., PATCH=move: the one-move variant; twenty-ninth round)
 #   forced-default  the same RL from the committed default model (envs/tictactoe/toolgym_tictactoe/checkpoint),
 #           then every position and 200 games per opponent on two fresh seeds, beside the default itself
 #   table   the results tables (results_table.py)
@@ -216,7 +219,7 @@ case "${1:-}" in
     done
     python $X/forced_curve.py $R $N/grpo $N/dr_grpo $N/cispo -o $X/forced_curves.png
     python $X/results_table.py $R forced-sft ${LOSSES:-forced-cispo forced-grpo forced-dr_grpo} ;;
-  forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier)  # the GRPO rounds, fifth to twenty-second, and their summary
+  forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier|forced-late-patch)  # the GRPO rounds, fifth to twenty-second, and their summary
     source $X/rounds.sh ;;
   forced-default)
     N=$R/forced-default
@@ -236,5 +239,5 @@ case "${1:-}" in
     python $X/results_table.py $R default forced-default ;;
   table)
     python $X/results_table.py $R ;;
-  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier|forced-default|table"; exit 2 ;;
+  *) echo "usage: run.sh synth|init|sft|focus|grpo|evals MODEL_DIR...|budget|rl|weak|noisy|reader|nothink|forced|forced-start|forced-late-start|forced-late-build|forced-arms|forced-trappy|forced-restart|forced-retry|forced-late|forced-replay|forced-optimal|forced-decisive|forced-anneal|forced-shuffled|forced-ema|forced-pick|forced-slow|forced-block|forced-temp|forced-opt|forced-sym|forced-sym3|forced-probe|forced-sym-soup|forced-summary|forced-exact|forced-best-summary|forced-frontier|forced-late-patch|forced-default|table"; exit 2 ;;
 esac

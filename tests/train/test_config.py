@@ -123,3 +123,27 @@ def test_deterministic_needs_the_hf_engine() -> None:
     assert load_config(GRPOConfig, None, {**BASE, "deterministic": True}).deterministic
     with pytest.raises(ConfigError, match="deterministic needs engine"):
         load_config(GRPOConfig, None, {**BASE, "deterministic": True, "engine": "vllm"})
+
+
+def test_late_patch_config_trains_late_training_boards_in_both_contexts() -> None:
+    """late_patch.toml (run.sh forced-late-patch) starts from a whole-game arm's kept weights; its pool is half whole
+    games from the empty board and half games from late training boards (5-8 marks, never a held-out one), all against
+    the optimal opponent with an invalid move forfeiting; the PATCH=move overrides give one-move tasks on the same
+    boards (position_share must be 0 there: the env refuses to mix with move tasks)."""
+    from toolgym_tictactoe import TicTacToeEnv
+    from toolgym_tictactoe import positions as P
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "tictactoe"
+    cfg = load_config(GRPOConfig, root / "late_patch.toml")
+    assert str(cfg.model).endswith("/best") and cfg.kl_coef > 0 and cfg.pg_tokens == "all"
+    pool = TicTacToeEnv(**{**cfg.env_args, "transport": "inprocess"}).build_dataset(cfg.num_examples, seed=0)
+    late = [r for r in pool if "board" in r]
+    assert 0.4 < len(late) / len(pool) < 0.6
+    assert {9 - r["board"].count(".") for r in late} == {5, 6, 7, 8}
+    assert not any(P.is_heldout(r["board"]) for r in late)
+    assert {r["invalid_move"] for r in pool} == {"forfeit"} and {r["random_move_prob"] for r in pool} == {0.0}
+    move = load_config(GRPOConfig, root / "late_patch.toml", ["env_args.task=move", "env_args.position_share=0",
+                                                              "num_examples=2705", "env_args.invalid_move=retry"])
+    tasks = TicTacToeEnv(**{**move.env_args, "transport": "inprocess"}).build_dataset(move.num_examples, seed=0)
+    assert len({r["board"] for r in tasks}) == 2705 and all(5 <= 9 - r["board"].count(".") <= 8 for r in tasks)
+    assert not any(P.is_heldout(r["board"]) for r in tasks)
