@@ -68,9 +68,10 @@ def lost_detail(eval_dir: Path) -> tuple[int, int, Counter[str], Counter[tuple[s
         losses += 1
         info = t.info or {}
         res = info.get("result") or {}
-        found = blunder(info.get("start") or "." * 9, list(res.get("moves") or []))
+        start, moves = info.get("start") or "." * 9, list(res.get("moves") or [])
+        found = blunder(start, moves)
         if found is None:
-            stopped = res.get("board") or P.replay(info.get("start") or "." * 9, list(res.get("moves") or []))[-1]
+            stopped = res.get("board") or P.replay(start, moves)[-1]
             where[f"{INVALID} {P.canonical(stopped)}"] += 1
             continue
         board, cell = found
